@@ -1,0 +1,3 @@
+from perfbisect.cli.main import run
+
+run()

@@ -1,0 +1,291 @@
+"""The session driver: the only place where the engine meets targets and the store.
+
+It feeds the engine's launch requests to the target one after another, records every launch
+(samples, timings, log, snapshot) in its own transaction, and on resume replays the stored
+launches into a fresh engine, so finished steps are never re-measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import tomllib
+
+from perfbisect.bisect.engine import (
+    Engine,
+    LaunchRequest,
+    LaunchResult,
+    Outcome,
+    PointResult,
+    Policy,
+)
+from perfbisect.bisect.report import build_report
+from perfbisect.bisect.specs import resolve_endpoints
+from perfbisect.bisect.stats import instability_flags, median
+from perfbisect.config import Configuration
+from perfbisect.errors import PerfbisectError, StepFailed
+from perfbisect.experiment import Experiment, load_experiment, parse_experiment
+from perfbisect.paths import cache_dir
+from perfbisect.store import records
+from perfbisect.store.database import Store
+from perfbisect.store.history import LaunchView, find_session, session_launches, session_steps
+from perfbisect.targets.base import Target
+from perfbisect.targets.registry import make_target
+
+
+class Interrupted(PerfbisectError):
+    """Raised when the user pressed Ctrl-C; the session is left resumable."""
+
+    exit_code = 130
+
+
+class Progress(Protocol):
+    def started(self, session_id: int, path_length: int, expected_steps: int) -> None: ...
+    def stage(self, request: LaunchRequest, stage: str) -> None: ...
+    def launched(self, request: LaunchRequest, result: LaunchResult, replayed: bool) -> None: ...
+    def verdict(self, point: PointResult) -> None: ...
+
+
+class NoProgress:
+    def started(self, session_id: int, path_length: int, expected_steps: int) -> None:
+        pass
+
+    def stage(self, request: LaunchRequest, stage: str) -> None:
+        pass
+
+    def launched(self, request: LaunchRequest, result: LaunchResult, replayed: bool) -> None:
+        pass
+
+    def verdict(self, point: PointResult) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    threshold: float | None = None
+    min_launches: int = 1
+    max_launches: int = 5
+
+    def policy(self, experiment: Experiment) -> Policy:
+        return Policy(
+            min_launches=self.min_launches,
+            endpoint_min_launches=max(2, self.min_launches),
+            max_launches=max(self.max_launches, self.min_launches, 2),
+            higher_is_better=experiment.metric.higher_is_better,
+        )
+
+
+def expected_steps(path_length: int) -> int:
+    """Endpoints + binary search + the verified pair, for the progress display."""
+    return 2 + max(0, math.ceil(math.log2(max(path_length - 1, 1)))) + 2
+
+
+def start(
+    store: Store,
+    *,
+    experiment_path: Path,
+    good: str,
+    bad: str,
+    options: SearchOptions,
+    name: str | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Validate everything, create the session, run it. Bad input stores nothing."""
+    experiment = load_experiment(experiment_path)
+    endpoints = resolve_endpoints(good, bad, experiment)
+    params = {
+        "threshold": options.threshold,
+        "min_launches": options.min_launches,
+        "max_launches": options.max_launches,
+    }
+    session_id = records.claim_new_session(
+        store,
+        name=name,
+        good=endpoints.good.as_dict(),
+        bad=endpoints.bad.as_dict(),
+        params=params,
+        path=[c.as_dict() for c in endpoints.path],
+        experiment_path=str(experiment.path),
+        experiment_text=experiment.text,
+    )
+    return _drive(store, session_id, experiment, endpoints.path, options, progress or NoProgress())
+
+
+def resume(store: Store, ref: str | None, progress: Progress | None = None) -> dict[str, Any]:
+    row = find_session(store, ref)
+    records.claim_existing_session(store, row.id)
+    path = Path(row.experiment_path)
+    experiment = parse_experiment(tomllib.loads(row.experiment_text), path, row.experiment_text)
+    context = experiment.context()
+    configs = [Configuration.of(c, context) for c in row.path]
+    p = row.params
+    options = SearchOptions(p.get("threshold"), int(p["min_launches"]), int(p["max_launches"]))
+    return _drive(store, row.id, experiment, configs, options, progress or NoProgress())
+
+
+def _log_dir(session_id: int, seq: int, config: Configuration) -> Path:
+    return cache_dir() / "logs" / f"session-{session_id}" / f"{seq:04d}-{config.fingerprint[:8]}"
+
+
+def _replayed(view: LaunchView) -> LaunchResult:
+    if view.value is not None:
+        return LaunchResult(view.value)
+    return LaunchResult(reason=f"{view.stage}: {view.reason}" if view.stage else view.reason)
+
+
+def _measure(
+    target: Target,
+    store: Store,
+    session_id: int,
+    seq: int,
+    request: LaunchRequest,
+    experiment: Experiment,
+    on_stage: Callable[[str], None],
+) -> LaunchResult:
+    config = request.config
+    log_dir = _log_dir(session_id, seq, config)
+    base = {
+        "session_id": session_id,
+        "seq": seq,
+        "fingerprint": config.fingerprint,
+        "axes": config.as_dict(),
+        "context": config.context,
+        "position": request.position,
+        "purpose": request.purpose.value,
+        "metric": experiment.metric.name,
+        "log_path": str(log_dir),
+    }
+    try:
+        m = target.launch(config, str(log_dir), on_stage)
+    except StepFailed as failure:
+        records.record_launch(
+            store,
+            records.LaunchRecord(
+                **base,
+                samples=[],
+                value=None,
+                stage=failure.stage,
+                reason=failure.reason,
+                build_status="failed" if failure.stage == "build" else None,
+            ),
+        )
+        return LaunchResult(reason=f"{failure.stage}: {failure.reason}")
+    value = median(m.samples)
+    build = m.build
+    records.record_launch(
+        store,
+        records.LaunchRecord(
+            **base,
+            samples=m.samples,
+            value=value,
+            flags=m.flags or instability_flags(m.samples),
+            timings=m.timings,
+            snapshot=m.snapshot,
+            build_status=build.status if build else None,
+            build_cached=bool(build and build.cached),
+            build_s=build.duration_s if build else 0.0,
+            build_log_tail=build.log_tail if build else "",
+        ),
+    )
+    return LaunchResult(value)
+
+
+def _drive(
+    store: Store,
+    session_id: int,
+    experiment: Experiment,
+    path: list[Configuration],
+    options: SearchOptions,
+    progress: Progress,
+) -> dict[str, Any]:
+    engine = Engine(path, options.policy(experiment), options.threshold)
+    stored = session_launches(store, session_id)
+    recorded_steps = {
+        (s.position, s.verdict, s.n_launches) for s in session_steps(store, session_id)
+    }
+    progress.started(session_id, len(path), expected_steps(len(path)))
+    target: Target | None = None
+    seq = 0
+    try:
+        while batch := engine.next_batch():
+            results: list[LaunchResult] = []
+            for request in batch:
+                if seq < len(stored) and stored[seq].fingerprint == request.config.fingerprint:
+                    result = _replayed(stored[seq])
+                    progress.launched(request, result, replayed=True)
+                else:
+                    if target is None:
+                        target = make_target(experiment, cache_dir())
+
+                    def on_stage(name: str, request: LaunchRequest = request) -> None:
+                        progress.stage(request, name)
+
+                    result = _measure(target, store, session_id, seq, request, experiment, on_stage)
+                    progress.launched(request, result, replayed=False)
+                results.append(result)
+                seq += 1
+            engine.feed(results)
+            for point in engine.take_verdicts():
+                progress.verdict(point)
+                n = point.estimate.n if point.estimate else 0
+                key = (point.position, point.verdict.value, n)
+                if key in recorded_steps:
+                    continue
+                recorded_steps.add(key)
+                est = point.estimate
+                records.record_step(
+                    store,
+                    session_id,
+                    point.config.fingerprint,
+                    point.position,
+                    point.verdict.value,
+                    est.median if est else None,
+                    (est.lo, est.hi) if est else None,
+                    n,
+                    point.reason,
+                )
+    except KeyboardInterrupt:
+        records.set_session_status(store, session_id, records.INTERRUPTED)
+        raise Interrupted(
+            f"interrupted; the session is saved: `perfbisect bisect resume "
+            f"{session_id}` continues it"
+        ) from None
+    except BaseException:
+        records.set_session_status(store, session_id, records.INTERRUPTED)
+        raise
+    outcome = engine.outcome
+    assert outcome is not None
+    report = build_report(store, session_id, experiment, engine, outcome)
+    records.set_session_status(
+        store,
+        session_id,
+        records.FINISHED,
+        result=report,
+        params={
+            "threshold": options.threshold,
+            "min_launches": options.min_launches,
+            "max_launches": options.max_launches,
+            "derived_threshold": outcome.threshold,
+        },
+    )
+    return report
+
+
+def outcome_exit_code(report: dict[str, Any]) -> int:
+    return {"found": 0, "endpoints-not-reproduced": 3, "ambiguous": 4}.get(str(report["status"]), 1)
+
+
+__all__ = [
+    "Interrupted",
+    "NoProgress",
+    "Outcome",
+    "Progress",
+    "SearchOptions",
+    "outcome_exit_code",
+    "resume",
+    "start",
+]

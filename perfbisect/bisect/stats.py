@@ -1,0 +1,150 @@
+"""Statistics for noisy launches: estimates, intervals, verdicts and instability flags.
+
+A configuration's value is the median of its per-launch medians. Launch-to-launch variation
+dominates (GPU clocks, NCCL channel setup, memory placement), so the interval is built from a
+*relative* launch-to-launch standard deviation pooled across every configuration of the session
+that has at least two launches, shrunk towards a prior. That lets one launch of an interior point
+be judged with the noise learnt at the endpoints, which is what keeps launches per evaluation low.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Verdict(str, Enum):
+    GOOD = "good"
+    BAD = "bad"
+    UNCLEAR = "unclear"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True)
+class NoiseModel:
+    """Prior belief about launch-to-launch noise and the interval width.
+
+    ``prior_rel_sd`` is the relative standard deviation assumed before any data, worth
+    ``prior_weight`` degrees of freedom; ``z`` is the half-width multiplier of intervals.
+    ``floor_rel_sd`` stops a lucky run of identical launches from claiming perfect precision.
+    """
+
+    prior_rel_sd: float = 0.05
+    prior_weight: float = 4.0
+    floor_rel_sd: float = 0.01
+    z: float = 2.0
+
+
+@dataclass(frozen=True)
+class Estimate:
+    median: float
+    lo: float
+    hi: float
+    n: int
+
+    def contains(self, value: float) -> bool:
+        return self.lo <= value <= self.hi
+
+    def as_json(self) -> dict[str, object]:
+        return {"median": self.median, "ci": [self.lo, self.hi], "launches": self.n}
+
+
+def median(values: Sequence[float]) -> float:
+    if not values:
+        raise ValueError("median of no values")
+    return float(statistics.median(values))
+
+
+_MEDIAN_ABS_DIFF = 0.6745 * math.sqrt(2)  # median |X1 - X2| / sigma for normal X
+
+
+def pooled_rel_sd(groups: Iterable[Sequence[float]], noise: NoiseModel) -> float:
+    """Relative launch-to-launch SD from all groups (one group = one configuration's launches).
+
+    Robust on purpose: the median of the within-group pairwise relative differences, with the
+    prior entered as ``prior_weight`` pseudo-differences. One outlier launch (a throttled GPU, a
+    bad NCCL ring) must not inflate the noise estimate for the whole session, or every later
+    point would need the maximum number of launches.
+    """
+    diffs = [_MEDIAN_ABS_DIFF * noise.prior_rel_sd] * max(1, round(noise.prior_weight))
+    for group in groups:
+        for i in range(len(group)):
+            for j in range(i + 1, len(group)):
+                centre = (abs(group[i]) + abs(group[j])) / 2
+                if centre > 0:
+                    diffs.append(abs(group[i] - group[j]) / centre)
+    return max(statistics.median(diffs) / _MEDIAN_ABS_DIFF, noise.floor_rel_sd)
+
+
+def own_rel_sd(values: Sequence[float]) -> float:
+    """Robust relative spread of one configuration's launches (scaled MAD; 0 for one launch)."""
+    if len(values) < 2:
+        return 0.0
+    centre = median(values)
+    if centre == 0:
+        return 0.0
+    return 1.4826 * median([abs(x - centre) for x in values]) / abs(centre)
+
+
+def estimate(launch_values: Sequence[float], rel_sd: float, z: float) -> Estimate:
+    """Median of launches with an interval from the pooled noise, or the configuration's own
+    spread when that is wider: launches that disagree with each other must not look precise."""
+    centre = median(launch_values)
+    spread = max(rel_sd, own_rel_sd(launch_values))
+    half = z * spread * abs(centre) / math.sqrt(len(launch_values))
+    return Estimate(centre, centre - half, centre + half, len(launch_values))
+
+
+def classify(est: Estimate, threshold: float, higher_is_better: bool) -> Verdict | None:
+    """GOOD/BAD when the whole interval is on one side of the threshold, else None (undecided)."""
+    if est.hi < threshold:
+        return Verdict.BAD if higher_is_better else Verdict.GOOD
+    if est.lo > threshold:
+        return Verdict.GOOD if higher_is_better else Verdict.BAD
+    return None
+
+
+@dataclass(frozen=True)
+class Difference:
+    delta: float
+    lo: float
+    hi: float
+
+    def as_json(self) -> dict[str, object]:
+        return {"delta": self.delta, "ci": [self.lo, self.hi]}
+
+
+def difference(a: Sequence[float], b: Sequence[float], rel_sd: float, z: float) -> Difference:
+    """b - a (medians of launches) with an interval from the pooled relative noise."""
+    ma, mb = median(a), median(b)
+    sd = math.sqrt((rel_sd * ma) ** 2 / len(a) + (rel_sd * mb) ** 2 / len(b))
+    delta = mb - ma
+    return Difference(delta, delta - z * sd, delta + z * sd)
+
+
+def instability_flags(samples: Sequence[float]) -> list[str]:
+    """pyperf-style warnings for one launch's samples: wide spread, or far outliers."""
+    flags: list[str] = []
+    if len(samples) < 2:
+        return flags
+    centre = median(samples)
+    if centre == 0:
+        return flags
+    spread = statistics.pstdev(samples) / abs(centre)
+    if spread >= 0.10:
+        flags.append(f"unstable: std dev is {spread:.0%} of the median")
+    outliers = sum(1 for x in samples if abs(x - centre) > 0.5 * abs(centre))
+    if outliers:
+        flags.append(f"{outliers} sample(s) more than 50% from the median")
+    return flags
+
+
+def launch_outliers(launch_values: Sequence[float]) -> list[int]:
+    """Indexes of launches whose median is more than 50% away from the configuration's median."""
+    if len(launch_values) < 3:
+        return []
+    centre = median(launch_values)
+    return [i for i, x in enumerate(launch_values) if abs(x - centre) > 0.5 * abs(centre)]

@@ -1,0 +1,208 @@
+"""`perfbisect query ...`: history, sessions, show, compare."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import typer
+
+from perfbisect.cli.context import ctx_store, emit_json
+
+app = typer.Typer(
+    help="Ask the history database what was measured, when, and on what.", no_args_is_help=True
+)
+JSON = typer.Option(False, "--json", help="Print JSON.")
+
+
+def _since(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    from perfbisect.errors import UsageError
+
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(
+            f"--since {text!r}: expected a date like 2026-11-30 or 2026-11-30T12:00"
+        ) from None
+
+
+@app.command("history")
+def history_cmd(
+    ctx: typer.Context,
+    config: str | None = typer.Option(
+        None, "--config", help="Filter: axis=value pairs (commit prefix ok)."
+    ),
+    metric: str | None = typer.Option(None, "--metric", help="Filter by metric name."),
+    since: str | None = typer.Option(None, "--since", help="Only launches since this date."),
+    as_json: bool = JSON,
+) -> None:
+    """Every stored launch matching the filters, oldest first."""
+    from perfbisect.cli.render import render_rows
+    from perfbisect.config import parse_spec
+    from perfbisect.store.history import history
+
+    axes = parse_spec(config) if config else None
+    views = history(ctx_store(ctx), axes=axes, metric=metric, since=_since(since))
+    if as_json:
+        emit_json([v.as_json() for v in views])
+        return
+    render_rows(
+        "history",
+        ["id", "when", "session", "config", "metric", "value", "samples", "status"],
+        [
+            (
+                v.id,
+                v.started_at.isoformat(timespec="seconds"),
+                v.session_id,
+                ",".join(f"{k}={str(x)[:10]}" for k, x in v.axes.items()),
+                v.metric,
+                f"{v.value:.4g}" if v.value is not None else "-",
+                v.n_samples,
+                v.status if v.status == "ok" else f"{v.stage}: {(v.reason or '')[:40]}",
+            )
+            for v in views
+        ],
+    )
+
+
+@app.command()
+def sessions(ctx: typer.Context, as_json: bool = JSON) -> None:
+    """All bisect sessions and what they found."""
+    from perfbisect.cli.render import render_rows
+    from perfbisect.store.history import list_sessions
+
+    rows = list_sessions(ctx_store(ctx))
+    data = []
+    for row in rows:
+        culprit = (row.result or {}).get("culprit") or {}
+        data.append(
+            {
+                "session": row.id,
+                "name": row.name,
+                "status": row.status,
+                "outcome": row.outcome,
+                "created_at": row.created_at.isoformat() + "Z",
+                "good": row.good,
+                "bad": row.bad,
+                "first_bad": culprit.get("first_bad"),
+            }
+        )
+    if as_json:
+        emit_json(data)
+        return
+    render_rows(
+        "sessions",
+        ["id", "name", "created", "status", "outcome", "first bad"],
+        [
+            (
+                d["session"],
+                d["name"],
+                d["created_at"][:19],
+                d["status"],
+                d["outcome"],
+                ",".join(f"{k}={str(v)[:10]}" for k, v in (d["first_bad"] or {}).items()),
+            )
+            for d in data
+        ],
+    )
+
+
+def _launch_summary(store: Any, launch_id: int) -> dict[str, Any]:
+    from perfbisect.bisect.stats import instability_flags, median
+    from perfbisect.store.history import launch_with_samples
+
+    view, samples, snapshot = launch_with_samples(store, launch_id)
+    stats: dict[str, Any] = {"n": len(samples)}
+    if samples:
+        ordered = sorted(samples)
+        stats.update(
+            median=median(samples),
+            min=ordered[0],
+            max=ordered[-1],
+            p10=ordered[int(0.1 * (len(ordered) - 1))],
+            p90=ordered[int(0.9 * (len(ordered) - 1))],
+            flags=instability_flags(samples),
+        )
+    return {"launch": view.as_json(), "stats": stats, "samples": samples, "snapshot": snapshot}
+
+
+@app.command()
+def show(
+    ctx: typer.Context,
+    launch_id: int = typer.Argument(..., help="Launch id (see history)."),
+    as_json: bool = JSON,
+) -> None:
+    """One launch: its samples' statistics, timings, log location and environment snapshot."""
+    from perfbisect.store.history import flatten
+
+    data = _launch_summary(ctx_store(ctx), launch_id)
+    if as_json:
+        emit_json(data)
+        return
+    launch, stats = data["launch"], data["stats"]
+    typer.echo(
+        f"launch {launch['id']} (session {launch['session']}, {launch['purpose']}) "
+        f"{launch['started_at']}"
+    )
+    typer.echo(f"config: {launch['config']}")
+    typer.echo(
+        f"status: {launch['status']}"
+        + (f" ({launch['stage']}: {launch['reason']})" if launch["status"] != "ok" else "")
+    )
+    if stats["n"]:
+        typer.echo(
+            f"{launch['metric']}: median {stats['median']:.4g}, p10 {stats['p10']:.4g}, "
+            f"p90 {stats['p90']:.4g}, n={stats['n']}"
+        )
+        for flag in stats["flags"]:
+            typer.echo(f"warning: {flag}")
+    typer.echo(f"timings: {launch['timings']}")
+    typer.echo(f"log: {launch['log']}")
+    for key, value in flatten(data["snapshot"]).items():
+        typer.echo(f"  {key} = {value}")
+
+
+@app.command()
+def compare(
+    ctx: typer.Context,
+    launch_a: int = typer.Argument(...),
+    launch_b: int = typer.Argument(...),
+    as_json: bool = JSON,
+) -> None:
+    """Two launches side by side, and the differences of their environment snapshots."""
+    from perfbisect.cli.render import render_rows
+    from perfbisect.store.history import diff_snapshots
+
+    store = ctx_store(ctx)
+    a, b = _launch_summary(store, launch_a), _launch_summary(store, launch_b)
+    env = [{"key": k, "a": x, "b": y} for k, x, y in diff_snapshots(a["snapshot"], b["snapshot"])]
+    keys = ["n", "median", "p10", "p90", "min", "max"]
+    data = {
+        "a": {"launch": a["launch"], "stats": a["stats"]},
+        "b": {"launch": b["launch"], "stats": b["stats"]},
+        "env_diff": env,
+    }
+    sa, sb = a["stats"], b["stats"]
+    if sa.get("median") and sb.get("median") is not None:
+        data["ratio"] = sb["median"] / sa["median"]
+    if as_json:
+        emit_json(data)
+        return
+    render_rows(
+        f"launch {launch_a} vs {launch_b}",
+        ["", str(launch_a), str(launch_b)],
+        [("config", a["launch"]["config"], b["launch"]["config"])]
+        + [(k, sa.get(k), sb.get(k)) for k in keys],
+    )
+    if "ratio" in data:
+        typer.echo(f"ratio b/a: {data['ratio']:.3f}")
+    if env:
+        render_rows(
+            "environment differences",
+            ["key", str(launch_a), str(launch_b)],
+            [(e["key"], e["a"], e["b"]) for e in env],
+        )
+    else:
+        typer.echo("environment snapshots: identical")

@@ -1,0 +1,60 @@
+"""The error hierarchy.
+
+Every error a user can cause or fix derives from :class:`PerfbisectError`; the CLI prints its
+message on one line (no traceback) and exits with its ``exit_code``. Anything else is a bug and
+keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class PerfbisectError(Exception):
+    """Root of all errors that are reported to the user without a traceback."""
+
+    exit_code = 1
+
+
+class UsageError(PerfbisectError):
+    """Raised when command-line arguments are malformed (bad spec syntax, unknown axis)."""
+
+    exit_code = 2
+
+
+class ExperimentError(PerfbisectError):
+    """Raised when the experiment file is missing, malformed or incomplete.
+
+    The message names the file, the key and, when known, the line.
+    """
+
+
+class RevisionError(PerfbisectError):
+    """Raised when a revision does not resolve, or good/bad are not an ancestor pair."""
+
+
+class StoreError(PerfbisectError):
+    """Raised when the history database cannot be opened, is newer than us, or is busy."""
+
+
+class SessionBusy(StoreError):
+    """Raised when another bisect session is running on the same database."""
+
+
+class SessionNotFound(StoreError):
+    """Raised when a session id or name does not exist in the store."""
+
+
+class StepFailed(PerfbisectError):
+    """Raised by targets, hosts and launchers when one step cannot produce samples.
+
+    The driver catches it and records the configuration as SKIP with ``reason``; it never
+    ends a search on its own.
+    """
+
+    def __init__(self, stage: str, reason: str) -> None:
+        super().__init__(f"{stage}: {reason}")
+        self.stage = stage
+        self.reason = reason
+
+
+class HostUnreachable(PerfbisectError):
+    """Raised when a host does not answer within its retry budget."""

@@ -1,0 +1,281 @@
+"""The experiment file (TOML): what to build, serve and measure, the metric, the axes, the env.
+
+Validation is strict: an unknown key, a wrong type or a missing required key is an
+:class:`ExperimentError` naming the file, the key and the line, because a typo in an experiment
+file would otherwise silently change what hours of GPU time measure.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfbisect.config import context_digest
+from perfbisect.errors import ExperimentError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DEFAULT_EXPERIMENT = "perfbisect.toml"
+AXIS_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+RESERVED_AXES = {"commit", "patches", "nccl", "driver", "launch", "port", "worktree"}
+
+# Key -> (accepted python types, required). Numbers accept int and float.
+_Schema = dict[str, tuple[tuple[type, ...], bool]]
+_NUMBER = (int, float)
+
+TARGET_SCHEMAS: dict[str, _Schema] = {
+    "command": {
+        "kind": ((str,), True),
+        "repo": ((str,), False),
+        "build": ((str,), False),
+        "serve": ((str,), False),
+        "ready": ((str,), False),
+        "measure": ((str,), True),
+        "timeout_s": (_NUMBER, False),
+    },
+}
+METRIC_SCHEMA: _Schema = {
+    "name": ((str,), True),
+    "pattern": ((str,), True),
+    "higher_is_better": ((bool,), False),
+}
+CUSTOM_AXIS_SCHEMA: _Schema = {"values": ((list,), True), "ordered": ((bool,), False)}
+TOP_LEVEL = {"target", "metric", "axes", "env"}
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    pattern: str
+    higher_is_better: bool = False
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return re.compile(self.pattern)
+
+
+@dataclass(frozen=True)
+class CustomAxisSpec:
+    name: str
+    values: tuple[str, ...]
+    ordered: bool = True
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    kind: str
+    options: Mapping[str, Any]
+    repo: Path | None
+
+
+@dataclass(frozen=True)
+class Experiment:
+    path: Path
+    text: str
+    target: TargetSpec
+    metric: MetricSpec
+    custom_axes: tuple[CustomAxisSpec, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def directory(self) -> Path:
+        return self.path.parent
+
+    @property
+    def timeout_s(self) -> float:
+        return float(self.target.options.get("timeout_s", 600))
+
+    def axis_names(self) -> list[str]:
+        names = ["commit"] if self.target.repo is not None else []
+        return names + [a.name for a in self.custom_axes]
+
+    def custom_axis(self, name: str) -> CustomAxisSpec | None:
+        return next((a for a in self.custom_axes if a.name == name), None)
+
+    def context(self) -> str:
+        """Digest of everything fixed that changes what a measurement means."""
+        return context_digest(
+            [
+                self.target.kind,
+                sorted((k, v) for k, v in self.target.options.items() if k != "timeout_s"),
+                [self.metric.name, self.metric.pattern, self.metric.higher_is_better],
+                sorted(self.env.items()),
+            ]
+        )
+
+
+def find_line(text: str, table: tuple[str, ...], key: str | None = None) -> int | None:
+    """Line number (1-based) of ``key`` inside ``[table]`` (or of the table header itself)."""
+    current: tuple[str, ...] = ()
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        header = re.match(r"^\[\s*([^\[\]]+?)\s*\]$", line)
+        if header:
+            current = tuple(p.strip().strip("\"'") for p in header.group(1).split("."))
+            if key is None and current == table:
+                return number
+            continue
+        if key is not None and current == table:
+            match = re.match(r"^[\"']?([A-Za-z0-9_.\-]+)[\"']?\s*=", line)
+            if match and match.group(1) == key:
+                return number
+    return None
+
+
+class _Checker:
+    """Checks one parsed TOML document against schemas, with file/key/line in every error."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.text = text
+
+    def fail(self, table: tuple[str, ...], key: str | None, problem: str) -> ExperimentError:
+        line = find_line(self.text, table, key) or find_line(self.text, table)
+        dotted = ".".join((*table, key) if key else table) or "<top level>"
+        where = f"{self.path}:{line}" if line else str(self.path)
+        return ExperimentError(f"{where}: key '{dotted}': {problem}")
+
+    def table(
+        self, doc: Mapping[str, Any], name: tuple[str, ...], required: bool
+    ) -> dict[str, Any]:
+        value = doc.get(name[-1])
+        if value is None:
+            if required:
+                raise self.fail(name[:-1], name[-1], "missing required table")
+            return {}
+        if not isinstance(value, dict):
+            raise self.fail(name[:-1], name[-1], f"must be a table, not {type(value).__name__}")
+        return value
+
+    def check(self, data: Mapping[str, Any], table: tuple[str, ...], schema: _Schema) -> None:
+        for key in data:
+            if key not in schema:
+                known = ", ".join(sorted(schema))
+                raise self.fail(table, key, f"unknown key (known: {known})")
+        for key, (types, required) in schema.items():
+            if key not in data:
+                if required:
+                    raise self.fail(table, None, f"missing required key '{key}'")
+                continue
+            value = data[key]
+            bad_bool = isinstance(value, bool) and bool not in types
+            if not isinstance(value, types) or bad_bool:
+                wanted = " or ".join(t.__name__ for t in types)
+                raise self.fail(table, key, f"must be {wanted}, not {type(value).__name__}")
+
+
+def load_experiment(path: Path | str) -> Experiment:
+    """Read and validate an experiment file."""
+    path = Path(path).expanduser().resolve()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ExperimentError(f"{path}: experiment file not found (use -c FILE)") from None
+    except OSError as exc:
+        raise ExperimentError(f"{path}: cannot read experiment file: {exc.strerror}") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ExperimentError(f"{path}: invalid TOML: {exc}") from None
+    return parse_experiment(doc, path, text)
+
+
+def parse_experiment(doc: Mapping[str, Any], path: Path, text: str) -> Experiment:
+    check = _Checker(path, text)
+    for key in doc:
+        if key not in TOP_LEVEL:
+            raise check.fail((), key, f"unknown table (known: {', '.join(sorted(TOP_LEVEL))})")
+
+    target = check.table(doc, ("target",), required=True)
+    kind = target.get("kind")
+    if not isinstance(kind, str):
+        raise check.fail(("target",), "kind", 'missing required key (e.g. kind = "command")')
+    schema = TARGET_SCHEMAS.get(kind)
+    if schema is None:
+        raise check.fail(
+            ("target",),
+            "kind",
+            f"unknown target kind {kind!r} (known: {', '.join(sorted(TARGET_SCHEMAS))})",
+        )
+    check.check(target, ("target",), schema)
+    if "timeout_s" in target and float(target["timeout_s"]) <= 0:
+        raise check.fail(("target",), "timeout_s", "must be positive")
+    repo: Path | None = None
+    if "repo" in target:
+        repo = (path.parent / str(target["repo"])).resolve()
+        if not repo.is_dir():
+            raise check.fail(("target",), "repo", f"directory {repo} does not exist")
+
+    metric_table = check.table(doc, ("metric",), required=True)
+    check.check(metric_table, ("metric",), METRIC_SCHEMA)
+    try:
+        compiled = re.compile(metric_table["pattern"])
+    except re.error as exc:
+        raise check.fail(("metric",), "pattern", f"invalid regular expression: {exc}") from None
+    if compiled.groups < 1:
+        raise check.fail(("metric",), "pattern", "needs one capture group around the number")
+    metric = MetricSpec(
+        name=metric_table["name"],
+        pattern=metric_table["pattern"],
+        higher_is_better=bool(metric_table.get("higher_is_better", False)),
+    )
+
+    custom = _parse_custom_axes(check, check.table(doc, ("axes",), required=False))
+
+    env_table = check.table(doc, ("env",), required=False)
+    env: dict[str, str] = {}
+    for key, value in env_table.items():
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            raise check.fail(("env",), key, "is not a valid environment variable name")
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise check.fail(
+                ("env",), key, f"must be a string or number, not {type(value).__name__}"
+            )
+        env[key] = str(value)
+
+    return Experiment(
+        path=path,
+        text=text,
+        target=TargetSpec(kind=kind, options=dict(target), repo=repo),
+        metric=metric,
+        custom_axes=custom,
+        env=env,
+    )
+
+
+def _parse_custom_axes(check: _Checker, axes: Mapping[str, Any]) -> tuple[CustomAxisSpec, ...]:
+    for key in axes:
+        if key != "custom":
+            raise check.fail(("axes",), key, "unknown axis kind here (known: custom)")
+    custom_table = check.table(axes, ("axes", "custom"), required=False)
+    result = []
+    for name, spec in custom_table.items():
+        table = ("axes", "custom", name)
+        if not isinstance(spec, dict):
+            raise check.fail(("axes", "custom"), name, "must be a table with 'values'")
+        if not AXIS_NAME.match(name) or name in RESERVED_AXES:
+            raise check.fail(
+                table,
+                None,
+                f"axis name {name!r} must be lower_snake_case and not "
+                f"one of {', '.join(sorted(RESERVED_AXES))}",
+            )
+        check.check(spec, table, CUSTOM_AXIS_SCHEMA)
+        values = spec["values"]
+        if not values or not all(isinstance(v, (str, int, float)) for v in values):
+            raise check.fail(table, "values", "must be a non-empty list of strings or numbers")
+        as_text = tuple(str(v) for v in values)
+        if len(set(as_text)) != len(as_text):
+            raise check.fail(table, "values", "lists a value twice")
+        bad = [v for v in as_text if "," in v or "=" in v]
+        if bad:
+            raise check.fail(table, "values", f"value {bad[0]!r} contains ',' or '='")
+        result.append(CustomAxisSpec(name, as_text, bool(spec.get("ordered", True))))
+    return tuple(result)

@@ -1,0 +1,131 @@
+"""Opening the history database: URL resolution, SQLite pragmas, migrations, version checks."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from perfbisect.errors import StoreError
+
+ENV_VAR = "PERFBISECT_DB"
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def default_url() -> str:
+    """``$PERFBISECT_DB`` if set, else a SQLite file in the user's data directory."""
+    configured = os.environ.get(ENV_VAR)
+    if configured:
+        return configured
+    from platformdirs import user_data_dir
+
+    return f"sqlite:///{Path(user_data_dir('perfbisect')) / 'history.db'}"
+
+
+def normalise_url(url: str) -> str:
+    """Accept a bare file path as well as an SQLAlchemy URL."""
+    if "://" in url:
+        return url
+    return f"sqlite:///{Path(url).expanduser().resolve()}"
+
+
+def _sqlite_path(url: str) -> Path | None:
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        return Path(url[len("sqlite:///") :])
+    return None
+
+
+def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    # WAL lets `query` commands read while a bisect writes; busy_timeout waits for a writer
+    # instead of failing at once.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.close()
+
+
+class Store:
+    """An open, migrated database. Use ``transaction()`` for every unit of work."""
+
+    def __init__(self, url: str) -> None:
+        self.url = normalise_url(url)
+        path = _sqlite_path(self.url)
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(
+                    f"cannot create database directory {path.parent}: {exc.strerror}"
+                ) from None
+            if path.exists() and not os.access(path, os.W_OK):
+                raise StoreError(f"database {path} is not writable")
+            if not os.access(path.parent, os.W_OK):
+                raise StoreError(f"database directory {path.parent} is not writable")
+        try:
+            self.engine: Engine = create_engine(self.url)
+        except (SQLAlchemyError, ImportError) as exc:
+            raise StoreError(f"cannot open database {self.url}: {exc}") from None
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _on_connect)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        from alembic.config import Config
+        from alembic.script import ScriptDirectory
+
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        script = ScriptDirectory.from_config(config)
+        known = {rev.revision for rev in script.walk_revisions()}
+        head = script.get_current_head()
+        try:
+            with self.engine.begin() as conn:
+                current = self._current_revision(conn)
+                if current is not None and current not in known:
+                    raise StoreError(
+                        f"database {self.url} was written by a newer perfbisect (schema "
+                        f"revision {current}; this version knows up to {head}): upgrade perfbisect"
+                    )
+                if current == head:
+                    return
+                from alembic import command
+
+                config.attributes["connection"] = conn
+                command.upgrade(config, "head")
+        except OperationalError as exc:
+            raise StoreError(f"cannot open database {self.url}: {exc.orig}") from None
+
+    @staticmethod
+    def _current_revision(conn: Any) -> str | None:
+        if not inspect(conn).has_table("alembic_version"):
+            return None
+        row = conn.execute(text("SELECT version_num FROM alembic_version")).first()
+        return None if row is None else str(row[0])
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """One unit of work: committed as a whole, or rolled back as a whole."""
+        session = self._sessions()
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def open_store(url: str | None = None) -> Store:
+    return Store(url or default_url())

@@ -1,0 +1,203 @@
+"""Reads: sessions, launches and their samples, history of a configuration, snapshot diffs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from perfbisect.errors import SessionNotFound, StoreError
+from perfbisect.store.database import Store
+from perfbisect.store.models import ConfigurationRow, EnvSnapshot, Launch, Sample, SessionRow, Step
+
+
+@dataclass(frozen=True)
+class LaunchView:
+    id: int
+    session_id: int | None
+    seq: int
+    fingerprint: str
+    axes: dict[str, Any]
+    position: int
+    purpose: str
+    metric: str
+    status: str
+    stage: str | None
+    reason: str | None
+    value: float | None
+    n_samples: int
+    flags: list[Any]
+    timings: dict[str, Any]
+    started_at: datetime
+    log_path: str | None
+    snapshot_id: int | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "session": self.session_id,
+            "config": self.axes,
+            "fingerprint": self.fingerprint,
+            "purpose": self.purpose,
+            "metric": self.metric,
+            "status": self.status,
+            "stage": self.stage,
+            "reason": self.reason,
+            "value": self.value,
+            "samples": self.n_samples,
+            "flags": self.flags,
+            "timings": self.timings,
+            "started_at": self.started_at.isoformat() + "Z",
+            "log": self.log_path,
+            "snapshot": self.snapshot_id,
+        }
+
+
+def _view(launch: Launch) -> LaunchView:
+    return LaunchView(
+        launch.id,
+        launch.session_id,
+        launch.seq,
+        launch.fingerprint,
+        dict(launch.configuration.axes),
+        launch.position,
+        launch.purpose,
+        launch.metric,
+        launch.status,
+        launch.stage,
+        launch.reason,
+        launch.value,
+        launch.n_samples,
+        list(launch.flags or []),
+        dict(launch.timings or {}),
+        launch.started_at,
+        launch.log_path,
+        launch.snapshot_id,
+    )
+
+
+def find_session(store: Store, ref: str | None) -> SessionRow:
+    """A session by id or name; the newest one when ``ref`` is None."""
+    with store.transaction() as db:
+        if ref is None:
+            row = db.scalars(select(SessionRow).order_by(SessionRow.id.desc()).limit(1)).first()
+            if row is None:
+                raise SessionNotFound("no bisect session in this database yet")
+            return row
+        row = db.get(SessionRow, int(ref)) if ref.isdigit() else None
+        if row is None:
+            row = db.scalars(select(SessionRow).where(SessionRow.name == ref)).first()
+        if row is None:
+            raise SessionNotFound(
+                f"no session with id or name {ref!r} (see `perfbisect query sessions`)"
+            )
+        return row
+
+
+def list_sessions(store: Store) -> list[SessionRow]:
+    with store.transaction() as db:
+        return list(db.scalars(select(SessionRow).order_by(SessionRow.id)))
+
+
+def session_launches(store: Store, session_id: int) -> list[LaunchView]:
+    with store.transaction() as db:
+        query = (
+            select(Launch)
+            .where(Launch.session_id == session_id)
+            .options(selectinload(Launch.configuration))
+            .order_by(Launch.seq)
+        )
+        return [_view(launch) for launch in db.scalars(query)]
+
+
+def session_steps(store: Store, session_id: int) -> list[Step]:
+    with store.transaction() as db:
+        return list(db.scalars(select(Step).where(Step.session_id == session_id).order_by(Step.id)))
+
+
+def history(
+    store: Store,
+    *,
+    axes: Mapping[str, str] | None = None,
+    metric: str | None = None,
+    since: datetime | None = None,
+    fingerprint: str | None = None,
+    exclude_session: int | None = None,
+) -> list[LaunchView]:
+    """Launches, oldest first, filtered by configuration (axes subset), metric and date."""
+    with store.transaction() as db:
+        query = select(Launch).options(selectinload(Launch.configuration)).order_by(Launch.id)
+        if metric:
+            query = query.where(Launch.metric == metric)
+        if since:
+            query = query.where(Launch.started_at >= since)
+        if fingerprint:
+            query = query.where(Launch.fingerprint == fingerprint)
+        if exclude_session is not None:
+            query = query.where(
+                (Launch.session_id != exclude_session) | Launch.session_id.is_(None)
+            )
+        views = [_view(launch) for launch in db.scalars(query)]
+    if axes:
+        views = [
+            v for v in views if all(_axis_matches(v.axes.get(k), val) for k, val in axes.items())
+        ]
+    return views
+
+
+def _axis_matches(stored: Any, wanted: str) -> bool:
+    """Commits match by prefix so users can type short SHAs."""
+    return stored is not None and (stored == wanted or str(stored).startswith(wanted))
+
+
+def launch_with_samples(
+    store: Store, launch_id: int
+) -> tuple[LaunchView, list[float], dict[str, Any]]:
+    with store.transaction() as db:
+        launch = db.get(Launch, launch_id)
+        if launch is None:
+            raise StoreError(f"no launch with id {launch_id} (see `perfbisect query history`)")
+        view = _view(launch)
+        samples = list(
+            db.scalars(
+                select(Sample.value).where(Sample.launch_id == launch_id).order_by(Sample.idx)
+            )
+        )
+        snap = db.get(EnvSnapshot, launch.snapshot_id) if launch.snapshot_id else None
+        return view, samples, dict(snap.data) if snap else {}
+
+
+def configuration_axes(db: Session, fingerprint: str) -> dict[str, Any]:
+    row = db.get(ConfigurationRow, fingerprint)
+    return dict(row.axes) if row else {}
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, name + "."))
+        elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+            for i, item in enumerate(value):
+                out.update(flatten(item, f"{name}[{i}]."))
+        else:
+            out[name] = value
+    return out
+
+
+def diff_snapshots(
+    a: Mapping[str, Any], b: Mapping[str, Any], ignore: tuple[str, ...] = ("taken_at",)
+) -> list[tuple[str, Any, Any]]:
+    """(key, value in a, value in b) for every leaf that differs; nested keys dotted."""
+    fa, fb = flatten(a), flatten(b)
+    keys = sorted(set(fa) | set(fb))
+    return [
+        (k, fa.get(k), fb.get(k))
+        for k in keys
+        if fa.get(k) != fb.get(k) and not any(k.endswith(i) for i in ignore)
+    ]

@@ -1,0 +1,287 @@
+"""Writes: sessions (with ownership for the one-running-session rule), launches, verdicts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from perfbisect.errors import SessionBusy, SessionNotFound, StoreError
+from perfbisect.store.database import Store
+from perfbisect.store.models import (
+    Build,
+    ConfigurationRow,
+    EnvSnapshot,
+    Host,
+    Launch,
+    Sample,
+    SessionRow,
+    Step,
+    utcnow,
+)
+
+RUNNING = "running"
+INTERRUPTED = "interrupted"
+FINISHED = "finished"
+FAILED = "failed"
+RESET = "reset"
+STALE_AFTER = timedelta(minutes=10)
+
+
+@dataclass(frozen=True)
+class LaunchRecord:
+    """Everything one launch produced, written in one transaction."""
+
+    session_id: int | None
+    seq: int
+    fingerprint: str
+    axes: Mapping[str, str]
+    context: str
+    position: int
+    purpose: str
+    metric: str
+    samples: Sequence[float]
+    value: float | None
+    stage: str | None = None
+    reason: str | None = None
+    flags: Sequence[str] = ()
+    timings: Mapping[str, float] = field(default_factory=dict)
+    started_at: datetime | None = None
+    log_path: str | None = None
+    host_name: str = "local"
+    host_address: str = "local"
+    snapshot: Mapping[str, Any] | None = None
+    build_status: str | None = None
+    build_cached: bool = False
+    build_s: float = 0.0
+    build_log_tail: str = ""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def ensure_configuration(
+    db: Session, fingerprint: str, axes: Mapping[str, str], context: str
+) -> None:
+    if db.get(ConfigurationRow, fingerprint) is None:
+        db.add(ConfigurationRow(fingerprint=fingerprint, axes=dict(axes), context=context))
+        db.flush()
+
+
+def _host(db: Session, name: str, address: str) -> Host:
+    host = db.scalars(select(Host).where(Host.name == name)).first()
+    if host is None:
+        host = Host(name=name, address=address)
+        db.add(host)
+        db.flush()
+    return host
+
+
+def _snapshot(db: Session, host: Host, data: Mapping[str, Any]) -> EnvSnapshot:
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+    existing = db.scalars(
+        select(EnvSnapshot)
+        .where(EnvSnapshot.digest == digest, EnvSnapshot.host_id == host.id)
+        .limit(1)
+    ).first()
+    if existing is not None:
+        return existing
+    snap = EnvSnapshot(host_id=host.id, digest=digest, data=dict(data))
+    db.add(snap)
+    db.flush()
+    return snap
+
+
+def record_launch(store: Store, rec: LaunchRecord) -> int:
+    with store.transaction() as db:
+        ensure_configuration(db, rec.fingerprint, rec.axes, rec.context)
+        snapshot_id = None
+        if rec.snapshot is not None:
+            snapshot_id = _snapshot(db, _host(db, rec.host_name, rec.host_address), rec.snapshot).id
+        if rec.build_status is not None:
+            db.add(
+                Build(
+                    session_id=rec.session_id,
+                    fingerprint=rec.fingerprint,
+                    status=rec.build_status,
+                    cached=rec.build_cached,
+                    duration_s=rec.build_s,
+                    log_tail=rec.build_log_tail,
+                )
+            )
+        launch = Launch(
+            session_id=rec.session_id,
+            seq=rec.seq,
+            fingerprint=rec.fingerprint,
+            position=rec.position,
+            purpose=rec.purpose,
+            metric=rec.metric,
+            status="ok" if rec.value is not None else "failed",
+            stage=rec.stage,
+            reason=rec.reason,
+            value=rec.value,
+            n_samples=len(rec.samples),
+            flags=list(rec.flags),
+            timings=dict(rec.timings),
+            started_at=rec.started_at or utcnow(),
+            finished_at=utcnow(),
+            log_path=rec.log_path,
+            snapshot_id=snapshot_id,
+        )
+        db.add(launch)
+        db.flush()
+        db.add_all(Sample(launch_id=launch.id, idx=i, value=v) for i, v in enumerate(rec.samples))
+        if rec.session_id is not None:
+            row = db.get(SessionRow, rec.session_id)
+            if row is not None:
+                row.heartbeat_at = row.updated_at = utcnow()
+        return launch.id
+
+
+def record_step(
+    store: Store,
+    session_id: int,
+    fingerprint: str,
+    position: int,
+    verdict: str,
+    median: float | None,
+    ci: tuple[float, float] | None,
+    n_launches: int,
+    reason: str | None,
+) -> None:
+    with store.transaction() as db:
+        db.add(
+            Step(
+                session_id=session_id,
+                fingerprint=fingerprint,
+                position=position,
+                verdict=verdict,
+                median=median,
+                ci_lo=ci[0] if ci else None,
+                ci_hi=ci[1] if ci else None,
+                n_launches=n_launches,
+                reason=reason,
+            )
+        )
+
+
+def claim_new_session(
+    store: Store,
+    *,
+    name: str | None,
+    good: Mapping[str, str],
+    bad: Mapping[str, str],
+    params: Mapping[str, Any],
+    path: list[Any],
+    experiment_path: str,
+    experiment_text: str,
+) -> int:
+    """Create a running session, refusing if another live session is running here."""
+    with store.transaction() as db:
+        _refuse_if_busy(db)
+        if (
+            name is not None
+            and db.scalars(select(SessionRow).where(SessionRow.name == name)).first()
+        ):
+            raise StoreError(f"a session named {name!r} already exists; choose another --name")
+        row = SessionRow(
+            name=name,
+            status=RUNNING,
+            good=dict(good),
+            bad=dict(bad),
+            params=dict(params),
+            path=path,
+            experiment_path=experiment_path,
+            experiment_text=experiment_text,
+            owner_host=socket.gethostname(),
+            owner_pid=os.getpid(),
+        )
+        db.add(row)
+        db.flush()
+        return row.id
+
+
+def claim_existing_session(store: Store, session_id: int) -> None:
+    """Take over an interrupted session for resume."""
+    with store.transaction() as db:
+        _refuse_if_busy(db, allow=session_id)
+        row = db.get(SessionRow, session_id)
+        if row is None:
+            raise SessionNotFound(f"session {session_id} does not exist")
+        if row.status == FINISHED:
+            raise StoreError(
+                f"session {session_id} is finished; see `perfbisect bisect report {session_id}`"
+            )
+        row.status = RUNNING
+        row.owner_host = socket.gethostname()
+        row.owner_pid = os.getpid()
+        row.heartbeat_at = row.updated_at = utcnow()
+
+
+def _refuse_if_busy(db: Session, allow: int | None = None) -> None:
+    """Raise if a live process runs a session here; mark sessions of dead owners interrupted."""
+    del allow  # a session being resumed is refused too while its old owner is alive
+    for row in db.scalars(select(SessionRow).where(SessionRow.status == RUNNING)):
+        if row.owner_host == socket.gethostname():
+            alive = row.owner_pid != os.getpid() and _pid_alive(row.owner_pid)
+        else:
+            alive = utcnow() - row.heartbeat_at < STALE_AFTER
+        if alive:
+            label = f"{row.id}" + (f" ({row.name})" if row.name else "")
+            raise SessionBusy(
+                f"session {label} is running on this database (pid {row.owner_pid} on "
+                f"{row.owner_host}); wait for it, or stop it and use `perfbisect bisect resume`"
+            )
+        # The owner died without cleaning up (kill -9, power loss): resumable.
+        row.status = INTERRUPTED
+
+
+def set_session_status(
+    store: Store,
+    session_id: int,
+    status: str,
+    result: Mapping[str, Any] | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> None:
+    with store.transaction() as db:
+        row = db.get(SessionRow, session_id)
+        if row is None:
+            raise SessionNotFound(f"session {session_id} does not exist")
+        row.status = status
+        row.updated_at = utcnow()
+        if params is not None:
+            row.params = dict(params)
+        if result is not None:
+            row.result = dict(result)
+            row.outcome = str(result.get("status"))
+        if status == FINISHED:
+            row.finished_at = utcnow()
+
+
+def reset_session(store: Store, session_id: int) -> None:
+    """End a session for good (like ``git bisect reset``); its measurements stay in history."""
+    with store.transaction() as db:
+        row = db.get(SessionRow, session_id)
+        if row is None:
+            raise SessionNotFound(f"session {session_id} does not exist")
+        if row.status == RUNNING and row.owner_pid != os.getpid() and _pid_alive(row.owner_pid):
+            raise SessionBusy(
+                f"session {session_id} is running (pid {row.owner_pid}); stop it first"
+            )
+        row.status = RESET
+        row.updated_at = utcnow()

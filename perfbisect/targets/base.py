@@ -1,0 +1,43 @@
+"""What every target produces for one launch, and the protocol the session driver relies on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from perfbisect.config import Configuration
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    status: str  # ok | failed | none
+    cached: bool
+    duration_s: float
+    log_tail: str = ""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One launch's result: raw samples plus everything needed to trust (or doubt) them."""
+
+    samples: list[float]
+    timings: dict[str, float] = field(default_factory=dict)
+    log_path: str | None = None
+    flags: list[str] = field(default_factory=list)
+    build: BuildInfo | None = None
+    snapshot: dict[str, Any] = field(default_factory=dict)
+
+
+class Target(Protocol):
+    """Builds, serves and measures one configuration per call to ``launch``.
+
+    ``launch`` raises ``StepFailed`` (stage + reason) for anything that prevents samples;
+    it must leave no process behind, also on KeyboardInterrupt.
+    """
+
+    def launch(
+        self, config: Configuration, log_dir: str, on_stage: Callable[[str], None] | None = None
+    ) -> Measurement: ...
+
+    def describe(self, config: Configuration) -> dict[str, Any]: ...

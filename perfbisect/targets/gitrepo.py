@@ -1,0 +1,95 @@
+"""The commit axis: resolving revisions, the first-parent path, and one worktree per commit."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perfbisect.errors import RevisionError, StepFailed
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    sha: str
+    subject: str
+    author: str
+    date: str
+
+
+class GitRepo:
+    def __init__(self, path: Path) -> None:
+        import git  # GitPython is slow to import; only commands that touch a repo pay for it
+
+        self.path = path
+        try:
+            self.repo: Any = git.Repo(path)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            raise RevisionError(f"{path} is not a git repository") from None
+        self._errors = git.GitCommandError
+
+    def resolve(self, rev: str) -> str:
+        try:
+            return str(self.repo.git.rev_parse("--verify", "--end-of-options", f"{rev}^{{commit}}"))
+        except self._errors:
+            raise RevisionError(f"unknown revision {rev!r} in {self.path}") from None
+
+    def is_ancestor(self, older: str, newer: str) -> bool:
+        try:
+            self.repo.git.merge_base("--is-ancestor", older, newer)
+        except self._errors:
+            return False
+        return True
+
+    def merge_base(self, a: str, b: str) -> str | None:
+        try:
+            return str(self.repo.git.merge_base(a, b))
+        except self._errors:
+            return None
+
+    def first_parent_path(self, good: str, bad: str) -> list[str]:
+        """[good, ..., bad]: bad's first-parent chain back to (excluding) what good contains."""
+        if good == bad:
+            raise RevisionError(f"good and bad are the same commit ({good[:12]})")
+        if not self.is_ancestor(good, bad):
+            base = self.merge_base(good, bad)
+            where = f"their merge base is {base[:12]}" if base else "they share no history"
+            raise RevisionError(
+                f"good {good[:12]} is not an ancestor of bad {bad[:12]} ({where}); "
+                "pick a good commit that bad contains"
+            )
+        out = self.repo.git.rev_list("--first-parent", "--reverse", f"{good}..{bad}")
+        return [good, *out.split()]
+
+    def info(self, sha: str) -> CommitInfo:
+        commit = self.repo.commit(sha)
+        return CommitInfo(
+            sha,
+            commit.summary if isinstance(commit.summary, str) else commit.summary.decode(),
+            f"{commit.author.name} <{commit.author.email}>",
+            commit.committed_datetime.isoformat(),
+        )
+
+    def worktree(self, sha: str, root: Path) -> Path:
+        """A detached worktree at ``sha`` under ``root``, created once and reused."""
+        digest = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:10]
+        where = root / digest / sha[:16]
+        if (where / ".git").exists():
+            head = Path(where)
+            try:
+                import git
+
+                if git.Repo(head).head.commit.hexsha == sha:
+                    return where
+            except Exception:  # a broken worktree is recreated below
+                pass
+        where.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.repo.git.worktree("prune")
+            if where.exists():
+                self.repo.git.worktree("remove", "--force", str(where))
+            self.repo.git.worktree("add", "--detach", "--force", str(where), sha)
+        except self._errors as exc:
+            raise StepFailed("checkout", f"git worktree add failed: {exc.stderr.strip()}") from None
+        return where

@@ -1,0 +1,18 @@
+"""Target kinds by name. Imports are lazy so that `perfbisect --help` stays fast."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from perfbisect.errors import ExperimentError
+from perfbisect.experiment import Experiment
+from perfbisect.targets.base import Target
+
+
+def make_target(experiment: Experiment, cache_dir: Path) -> Target:
+    kind = experiment.target.kind
+    if kind == "command":
+        from perfbisect.targets.command import CommandTarget
+
+        return CommandTarget(experiment, cache_dir)
+    raise ExperimentError(f"{experiment.path}: target kind {kind!r} is not available")
