@@ -137,7 +137,11 @@ class _Checker:
         self.text = text
 
     def fail(self, table: tuple[str, ...], key: str | None, problem: str) -> ExperimentError:
-        line = find_line(self.text, table, key) or find_line(self.text, table)
+        line = (
+            find_line(self.text, table, key)
+            or (find_line(self.text, (*table, key)) if key else None)
+            or find_line(self.text, table)
+        )
         dotted = ".".join((*table, key) if key else table) or "<top level>"
         where = f"{self.path}:{line}" if line else str(self.path)
         return ExperimentError(f"{where}: key '{dotted}': {problem}")

@@ -23,3 +23,17 @@ def redact_text(text: str, env: Mapping[str, str]) -> str:
         if is_secret(name) and len(value) >= 4:
             text = text.replace(value, REDACTED)
     return text
+
+
+_TOML_ASSIGNMENT = re.compile(r"""^(\s*["']?([A-Za-z0-9_.\-]+)["']?\s*=\s*)(.+)$""")
+
+
+def redact_toml(text: str) -> str:
+    """The experiment file as stored: values of secret-looking keys replaced, lines kept."""
+    lines = []
+    for line in text.splitlines():
+        match = _TOML_ASSIGNMENT.match(line)
+        if match and is_secret(match.group(2)):
+            line = f'{match.group(1)}"{REDACTED}"'
+        lines.append(line)
+    return "\n".join(lines) + ("\n" if text.endswith("\n") else "")

@@ -7,13 +7,12 @@ launches into a fresh engine, so finished steps are never re-measured.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
-
-import tomllib
 
 from perfbisect.bisect.engine import (
     Engine,
@@ -27,9 +26,10 @@ from perfbisect.bisect.report import build_report
 from perfbisect.bisect.specs import resolve_endpoints
 from perfbisect.bisect.stats import instability_flags, median
 from perfbisect.config import Configuration
-from perfbisect.errors import PerfbisectError, StepFailed
-from perfbisect.experiment import Experiment, load_experiment, parse_experiment
+from perfbisect.errors import ExperimentError, PerfbisectError, StepFailed
+from perfbisect.experiment import Experiment, load_experiment
 from perfbisect.paths import cache_dir
+from perfbisect.redact import redact_toml
 from perfbisect.store import records
 from perfbisect.store.database import Store
 from perfbisect.store.history import LaunchView, find_session, session_launches, session_steps
@@ -107,10 +107,10 @@ def start(
         name=name,
         good=endpoints.good.as_dict(),
         bad=endpoints.bad.as_dict(),
-        params=params,
+        params={**params, "experiment_sha256": _digest(experiment.text)},
         path=[c.as_dict() for c in endpoints.path],
         experiment_path=str(experiment.path),
-        experiment_text=experiment.text,
+        experiment_text=redact_toml(experiment.text),
     )
     return _drive(store, session_id, experiment, endpoints.path, options, progress or NoProgress())
 
@@ -118,13 +118,21 @@ def start(
 def resume(store: Store, ref: str | None, progress: Progress | None = None) -> dict[str, Any]:
     row = find_session(store, ref)
     records.claim_existing_session(store, row.id)
-    path = Path(row.experiment_path)
-    experiment = parse_experiment(tomllib.loads(row.experiment_text), path, row.experiment_text)
+    experiment = load_experiment(row.experiment_path)
+    if _digest(experiment.text) != row.params.get("experiment_sha256"):
+        raise ExperimentError(
+            f"{experiment.path}: the experiment file changed since session {row.id} started; "
+            "restore it, or start a new session"
+        )
     context = experiment.context()
     configs = [Configuration.of(c, context) for c in row.path]
     p = row.params
     options = SearchOptions(p.get("threshold"), int(p["min_launches"]), int(p["max_launches"]))
     return _drive(store, row.id, experiment, configs, options, progress or NoProgress())
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _log_dir(session_id: int, seq: int, config: Configuration) -> Path:
@@ -148,26 +156,26 @@ def _measure(
 ) -> LaunchResult:
     config = request.config
     log_dir = _log_dir(session_id, seq, config)
-    base = {
-        "session_id": session_id,
-        "seq": seq,
-        "fingerprint": config.fingerprint,
-        "axes": config.as_dict(),
-        "context": config.context,
-        "position": request.position,
-        "purpose": request.purpose.value,
-        "metric": experiment.metric.name,
-        "log_path": str(log_dir),
-    }
+    base = records.LaunchRecord(
+        session_id=session_id,
+        seq=seq,
+        fingerprint=config.fingerprint,
+        axes=config.as_dict(),
+        context=config.context,
+        position=request.position,
+        purpose=request.purpose.value,
+        metric=experiment.metric.name,
+        samples=[],
+        value=None,
+        log_path=str(log_dir),
+    )
     try:
         m = target.launch(config, str(log_dir), on_stage)
     except StepFailed as failure:
         records.record_launch(
             store,
-            records.LaunchRecord(
-                **base,
-                samples=[],
-                value=None,
+            replace(
+                base,
                 stage=failure.stage,
                 reason=failure.reason,
                 build_status="failed" if failure.stage == "build" else None,
@@ -178,8 +186,8 @@ def _measure(
     build = m.build
     records.record_launch(
         store,
-        records.LaunchRecord(
-            **base,
+        replace(
+            base,
             samples=m.samples,
             value=value,
             flags=m.flags or instability_flags(m.samples),

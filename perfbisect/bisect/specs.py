@@ -36,14 +36,14 @@ def resolve_spec(
                 f"--{which} {text!r} names no commit (e.g. '{COMMIT_AXIS}=v1.2' or 'v1.2')"
             )
         values[COMMIT_AXIS] = repo.resolve(given[COMMIT_AXIS])
-    for axis in experiment.custom_axes:
-        value = given.get(axis.name, axis.values[0])
-        if value not in axis.values:
+    for custom in experiment.custom_axes:
+        value = given.get(custom.name, custom.values[0])
+        if value not in custom.values:
             raise UsageError(
                 f"--{which} {text!r}: value {value!r} is not listed for axis "
-                f"{axis.name!r} (listed: {', '.join(axis.values)})"
+                f"{custom.name!r} (listed: {', '.join(custom.values)})"
             )
-        values[axis.name] = value
+        values[custom.name] = value
     return Configuration.of(values, experiment.context())
 
 

@@ -1,0 +1,121 @@
+"""Shared fixtures: real git repositories, experiment files, and the installed CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# A measure command that really runs: it reads the commit's `cost` file and times that much
+# pure-Python work per sample, so the regression is a real slowdown, not a printed number.
+TIMED_MEASURE = r'''
+import sys, time
+cost = float(open("cost").read())
+for _ in range(int(sys.argv[1]) if len(sys.argv) > 1 else 8):
+    t = time.perf_counter()
+    x = 0
+    for i in range(int(cost * 20000)):
+        x += i * i
+    print(f"verify_ms={(time.perf_counter() - t) * 1000:.4f}")
+'''
+
+# A measure command that prints the commit's value with a small deterministic jitter: for tests
+# about control flow (bad input, resume) where timing noise would only slow them down.
+PRINTED_MEASURE = r'''
+import sys
+value = float(open("value").read())
+for i in range(5):
+    print(f"verify_ms={value * (1 + 0.01 * ((i % 3) - 1)):.4f}")
+'''
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "T", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@dataclass
+class Repo:
+    path: Path
+    shas: list[str]
+
+    def git(self, *args: str) -> str:
+        return _git(self.path, *args)
+
+
+def make_repo(root: Path, files_per_commit: Sequence[dict[str, str]]) -> Repo:
+    root.mkdir(parents=True, exist_ok=True)
+    _git(root, "init", "-q", "-b", "main")
+    shas = []
+    for i, files in enumerate(files_per_commit):
+        for name, text in files.items():
+            (root / name).write_text(text)
+        _git(root, "add", "-A")
+        _git(root, "commit", "-q", "--allow-empty", "-m", f"commit {i}")
+        shas.append(_git(root, "rev-parse", "HEAD"))
+    return Repo(root, shas)
+
+
+def value_repo(root: Path, values: Sequence[float], name: str = "value",
+               script: str = PRINTED_MEASURE) -> Repo:
+    commits = [{name: str(v)} for v in values]
+    commits[0]["measure.py"] = script
+    return make_repo(root, commits)
+
+
+EXPERIMENT = """\
+[target]
+kind = "command"
+repo = "repo"
+measure = "python3 measure.py"
+timeout_s = 60
+
+[metric]
+name = "verify_ms"
+pattern = 'verify_ms=([0-9.]+)'
+"""
+
+
+@dataclass
+class Cli:
+    env: dict[str, str]
+    cwd: Path
+
+    def run(self, *args: str, timeout: float = 240, check_json: bool = False
+            ) -> subprocess.CompletedProcess[str]:
+        exe = shutil.which("perfbisect")
+        argv = [exe] if exe else [sys.executable, "-m", "perfbisect"]
+        result = subprocess.run([*argv, *args], cwd=self.cwd, env=self.env, capture_output=True,
+                                text=True, timeout=timeout)
+        if check_json:
+            json.loads(result.stdout)
+        return result
+
+    def json(self, *args: str, codes: tuple[int, ...] = (0,)) -> dict:  # type: ignore[type-arg]
+        result = self.run(*args)
+        assert result.returncode in codes, (result.returncode, result.stdout, result.stderr)
+        return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    env = dict(os.environ)
+    env["PERFBISECT_DB"] = f"sqlite:///{tmp_path / 'history.db'}"
+    env["PERFBISECT_CACHE"] = str(tmp_path / "cache")
+    env.pop("PERFBISECT_TEST_SECRET", None)
+    return Cli(env, tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PERFBISECT_DB", f"sqlite:///{tmp_path / 'history.db'}")
+    monkeypatch.setenv("PERFBISECT_CACHE", str(tmp_path / "cache"))

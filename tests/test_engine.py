@@ -1,0 +1,187 @@
+"""The engine with scripted launch values: no I/O, every branch of the search plan."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from perfbisect.bisect.engine import Engine, LaunchResult, Policy, Purpose, Status
+from perfbisect.bisect.stats import Verdict
+from perfbisect.config import Configuration
+
+Script = Callable[[int, int], float | None]  # (position, launch number) -> value or None = fail
+
+
+def path(n: int) -> list[Configuration]:
+    return [Configuration.of({"commit": f"{i:040x}"}) for i in range(n + 1)]
+
+
+def drive(engine: Engine, script: Script) -> list[tuple[int, Purpose]]:
+    seen: dict[int, int] = {}
+    order = []
+    for _ in range(1000):
+        batch = engine.next_batch()
+        if not batch:
+            return order
+        results = []
+        for request in batch:
+            k = seen.get(request.position, 0)
+            seen[request.position] = k + 1
+            order.append((request.position, request.purpose))
+            value = script(request.position, k)
+            results.append(LaunchResult(value) if value is not None
+                           else LaunchResult(reason="build: exit 2"))
+        engine.feed(results)
+    raise AssertionError("engine did not finish")
+
+
+def step(culprit: int, good: float = 18.0, bad: float = 29.0) -> Script:
+    return lambda pos, k: (bad if pos >= culprit else good) * (1 + 0.01 * ((k % 3) - 1))
+
+
+@pytest.mark.parametrize("culprit", [1, 2, 17, 63, 64])
+def test_finds_culprit_with_binary_search(culprit: int) -> None:
+    engine = Engine(path(64))
+    drive(engine, step(culprit))
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.FOUND
+    assert outcome.culprit is not None
+    assert outcome.culprit.first_bad.position == culprit
+    assert outcome.culprit.last_good.position == culprit - 1
+    assert outcome.culprit.verified
+    assert 9 < outcome.culprit.effect.lo < outcome.culprit.effect.delta < outcome.culprit.effect.hi
+    # 2 endpoints + log2(64) = 6 search points, plus nothing else when values are clean
+    assert len(engine.verdicts) <= 2 + 6
+    assert outcome.threshold == pytest.approx(23.5, rel=0.02)
+
+
+def test_endpoints_are_interleaved_and_verification_is_paired() -> None:
+    engine = Engine(path(8))
+    order = drive(engine, step(5))
+    endpoints = [p for p, purpose in order if purpose is Purpose.ENDPOINT]
+    assert endpoints[:4] == [0, 8, 0, 8]
+    verify = [p for p, purpose in order if purpose is Purpose.VERIFY]
+    assert verify[:2] == [4, 5]
+
+
+def test_skip_next_to_culprit_is_reported_not_blamed() -> None:
+    # Position 9 (the culprit's parent) never builds: the culprit cannot be isolated.
+    script_ok = step(10)
+    engine = Engine(path(32))
+    drive(engine, lambda pos, k: None if pos == 9 else script_ok(pos, k))
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.AMBIGUOUS
+    assert outcome.unresolved == ((8, 10),)
+    assert engine.verdicts[9] is Verdict.SKIP
+    assert outcome.culprit is None
+
+
+def test_skips_away_from_culprit_are_routed_around() -> None:
+    script_ok = step(20)
+    engine = Engine(path(32))
+    drive(engine, lambda pos, k: None if pos in (16, 17, 24) else script_ok(pos, k))
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.FOUND
+    assert outcome.culprit is not None and outcome.culprit.first_bad.position == 20
+    assert engine.verdicts[16] is Verdict.SKIP
+
+
+def test_unclear_point_is_never_blamed() -> None:
+    # Position 10 sits on the threshold: its interval never leaves it, so it stays UNCLEAR.
+    base = step(11)
+
+    def script(pos: int, k: int) -> float:
+        return 23.4 + 0.01 * k if pos == 10 else base(pos, k)
+
+    engine = Engine(path(16), Policy(max_launches=4))
+    drive(engine, script)
+    assert engine.verdicts[10] is Verdict.UNCLEAR
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.AMBIGUOUS
+    assert outcome.unresolved == ((9, 11),)
+
+
+def test_outlier_launch_is_corrected_by_verification() -> None:
+    # The first launch of position 12 (truly good) is an outlier at 2x: it is judged BAD at
+    # first, and the interleaved verification must correct it and resume the search.
+    base = step(14)
+
+    def script(pos: int, k: int) -> float:
+        value = base(pos, k)
+        return value * 2 if pos == 12 and k == 0 else value
+
+    engine = Engine(path(16))
+    drive(engine, script)
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.FOUND
+    assert outcome.culprit is not None and outcome.culprit.first_bad.position == 14
+
+
+def test_fixed_threshold_endpoint_not_reproduced() -> None:
+    engine = Engine(path(8), threshold=10.0)
+    drive(engine, step(4))  # good measures 18 > 10: the good endpoint is not good
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.NOT_REPRODUCED
+    assert "good endpoint is bad" in outcome.message
+
+
+def test_endpoints_that_do_not_differ_are_not_reproduced() -> None:
+    engine = Engine(path(8))
+    order = drive(engine, lambda pos, k: 18.0 * (1 + 0.01 * ((k % 3) - 1)))
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.NOT_REPRODUCED
+    assert "do not differ significantly" in outcome.message
+    # the decision took more than the minimum launches: a negative result needs evidence
+    assert len(order) >= 2 * Policy().endpoint_confirm_launches
+
+
+def test_failed_endpoint_stops_with_reason() -> None:
+    engine = Engine(path(8))
+    drive(engine, lambda pos, k: None if pos == 0 else 29.0)
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.NOT_REPRODUCED
+    assert "good endpoint could not be measured: build: exit 2" in outcome.message
+
+
+def test_higher_is_better_metric() -> None:
+    engine = Engine(path(16), Policy(higher_is_better=True))
+    drive(engine, lambda pos, k: 60.0 if pos >= 7 else 94.0)
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.FOUND
+    assert outcome.culprit is not None and outcome.culprit.first_bad.position == 7
+    assert outcome.culprit.effect.delta == pytest.approx(-34.0)
+
+
+def test_adaptive_launches_only_near_the_threshold() -> None:
+    # Point 6 is at 22 with threshold ~23.5: its interval straddles, so it gets extra launches;
+    # points far from the threshold get exactly one.
+    def script(pos: int, k: int) -> float:
+        if pos == 6:
+            return 22.0 * (1 + 0.01 * ((k % 3) - 1))
+        return 29.0 if pos >= 7 else 18.0
+
+    engine = Engine(path(8))
+    drive(engine, script)
+    assert len(engine.launches[6]) > 1
+    assert len(engine.launches[4]) == 1
+
+
+def test_replay_reconstructs_the_same_state() -> None:
+    values: list[float | None] = []
+    first = Engine(path(32))
+    while batch := first.next_batch():
+        results = [LaunchResult(18.0 if r.position < 9 else 29.0) for r in batch]
+        values.extend(r.value for r in results)
+        first.feed(results)
+    second = Engine(path(32))
+    it = iter(values)
+    while batch := second.next_batch():
+        second.feed([LaunchResult(next(it)) for _ in batch])
+    assert first.outcome == second.outcome
+
+
+def test_feed_checks_batch_size() -> None:
+    engine = Engine(path(4))
+    with pytest.raises(ValueError, match="expected 4 results"):
+        engine.feed([LaunchResult(1.0)])
