@@ -98,6 +98,17 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGKILL when perfbisect dies, even by kill -9 (Linux)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -162,6 +173,7 @@ class LocalHost:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         timed_out = False
         try:
@@ -193,5 +205,6 @@ class LocalHost:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         return LocalProcess(proc, log_path)

@@ -1,0 +1,157 @@
+"""Bad input: one clear line naming the culprit, a non-zero exit code, nothing half-stored."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import EXPERIMENT, Cli, make_repo, value_repo
+
+
+def sessions_in(tmp_path: Path) -> int:
+    db = tmp_path / "history.db"
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as conn:
+        tables = {r[0] for r in conn.execute("select name from sqlite_master")}
+        return conn.execute("select count(*) from sessions").fetchone()[0] if "sessions" in tables else 0
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("perfbisect: error: ")
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def setup(cli: Cli, tmp_path: Path) -> tuple[Cli, list[str]]:
+    repo = value_repo(tmp_path / "repo", [10.0, 10.0, 30.0])
+    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
+    return cli, repo.shas
+
+
+def test_unknown_revision(setup: tuple[Cli, list[str]], tmp_path: Path) -> None:
+    cli, shas = setup
+    result = cli.run("bisect", "start", "--good", "nope", "--bad", shas[2])
+    assert result.returncode == 1
+    assert "unknown revision 'nope'" in one_line_error(result)
+    assert sessions_in(tmp_path) == 0
+
+
+def test_good_equals_bad(setup: tuple[Cli, list[str]], tmp_path: Path) -> None:
+    cli, shas = setup
+    result = cli.run("bisect", "start", "--good", shas[1], "--bad", shas[1][:8])
+    assert result.returncode == 2
+    assert "--good and --bad name the same configuration" in one_line_error(result)
+    assert sessions_in(tmp_path) == 0
+
+
+def test_good_not_ancestor_names_merge_base(cli: Cli, tmp_path: Path) -> None:
+    repo = value_repo(tmp_path / "repo", [10.0, 10.0])
+    repo.git("checkout", "-q", "-b", "side", repo.shas[0])
+    (repo.path / "value").write_text("11")
+    repo.git("commit", "-qam", "side")
+    side = repo.git("rev-parse", "HEAD")
+    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
+    result = cli.run("bisect", "start", "--good", side, "--bad", "main")
+    assert result.returncode == 1
+    line = one_line_error(result)
+    assert "is not an ancestor of bad" in line and f"merge base is {repo.shas[0][:12]}" in line
+    assert sessions_in(tmp_path) == 0
+
+
+def test_malformed_experiment(setup: tuple[Cli, list[str]], tmp_path: Path) -> None:
+    cli, shas = setup
+    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT.replace("[metric]", "[metric]\nunits = 'ms'"))
+    result = cli.run("bisect", "start", "--good", shas[0], "--bad", shas[2])
+    assert result.returncode == 1
+    assert "perfbisect.toml:8: key 'metric.units': unknown key" in one_line_error(result)
+    assert sessions_in(tmp_path) == 0
+
+
+def test_bad_spec_is_usage_error(setup: tuple[Cli, list[str]], tmp_path: Path) -> None:
+    cli, shas = setup
+    result = cli.run("bisect", "start", "--good", f"{shas[0]},,x", "--bad", shas[2])
+    assert result.returncode == 2
+    assert "has an empty item" in one_line_error(result)
+    result = cli.run("bisect", "start", "--good", f"commit={shas[0]},flag=a", "--bad", shas[2])
+    assert result.returncode == 2
+    assert "unknown axis 'flag'" in one_line_error(result)
+    assert sessions_in(tmp_path) == 0
+
+
+def test_pattern_matching_nothing_stops_at_endpoint(setup: tuple[Cli, list[str]], tmp_path: Path) -> None:
+    cli, shas = setup
+    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT.replace("verify_ms=([0-9.]+)", "tok_s=([0-9.]+)"))
+    result = cli.run("bisect", "start", "--good", shas[0], "--bad", shas[2], "--json")
+    assert result.returncode == 3
+    import json
+
+    report = json.loads(result.stdout)
+    assert report["status"] == "endpoints-not-reproduced"
+    assert "no samples" in report["message"] and "good endpoint" in report["message"]
+
+
+def test_measure_command_not_found(setup: tuple[Cli, list[str]], tmp_path: Path) -> None:
+    cli, shas = setup
+    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT.replace("python3 measure.py", "no-such-bench --x"))
+    result = cli.run("bisect", "start", "--good", shas[0], "--bad", shas[2])
+    assert result.returncode == 3
+    assert "exit 127" in result.stdout and "not found" in result.stdout
+
+
+def test_unwritable_database(setup: tuple[Cli, list[str]], tmp_path: Path) -> None:
+    cli, shas = setup
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    result = cli.run("--db", str(blocker / "sub" / "history.db"), "bisect", "start",
+                     "--good", shas[0], "--bad", shas[2])
+    assert result.returncode == 1
+    assert "cannot create database directory" in one_line_error(result)
+
+
+def test_newer_schema_is_refused(setup: tuple[Cli, list[str]], tmp_path: Path) -> None:
+    cli, _ = setup
+    assert cli.run("query", "sessions").returncode == 0  # creates the database
+    with sqlite3.connect(tmp_path / "history.db") as conn:
+        conn.execute("update alembic_version set version_num = '9999'")
+    result = cli.run("query", "sessions")
+    assert result.returncode == 1
+    assert "written by a newer perfbisect (schema revision 9999" in one_line_error(result)
+
+
+def test_second_session_is_refused_while_one_runs(cli: Cli, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", [{"value": "10", "measure.py": "import time\ntime.sleep(60)\n"},
+                                         {"value": "30"}])
+    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
+    import shutil
+    import sys
+
+    exe = shutil.which("perfbisect")
+    argv = [exe] if exe else [sys.executable, "-m", "perfbisect"]
+    first = subprocess.Popen([*argv, "bisect", "start", "--good", repo.shas[0], "--bad", repo.shas[1]],
+                             cwd=tmp_path, env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while sessions_in(tmp_path) == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        result = cli.run("bisect", "start", "--good", repo.shas[0], "--bad", repo.shas[1])
+        assert result.returncode == 1
+        line = one_line_error(result)
+        assert "session 1 is running on this database" in line and str(first.pid) in line
+        assert sessions_in(tmp_path) == 1
+        first.send_signal(signal.SIGINT)  # Ctrl-C: the running measure is stopped too
+        first.wait(timeout=30)
+        assert first.returncode == 130
+        out = subprocess.run(["pgrep", "-f", "time.sleep\\(60\\)"], capture_output=True, text=True)
+        assert out.stdout.strip() == ""
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(timeout=10)

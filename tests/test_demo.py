@@ -1,0 +1,20 @@
+"""`perfbisect demo` as a newcomer runs it: it must name the planted commit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import Cli
+
+
+def test_demo_names_the_planted_commit(cli: Cli, tmp_path: Path) -> None:
+    report = cli.json("demo", "--dir", str(tmp_path / "demo"), "--json")
+    assert report["status"] == "found"
+    assert report["demo"]["named_planted"] is True
+    assert report["culprit"]["first_bad"]["commit"] == report["demo"]["planted"]
+    assert "whole sequence" in report["culprit"]["commit"]["subject"]
+    assert report["culprit"]["first_bad_ms"]["median"] > 4 * report["culprit"]["last_good_ms"]["median"]
+    sessions = cli.json("query", "sessions", "--json")  # PERFBISECT_DB set by the fixture wins
+    assert [s["outcome"] for s in sessions] == ["found"]
+    again = cli.run("demo", "--dir", str(tmp_path / "demo"))
+    assert again.returncode == 2 and "already exists" in again.stderr
