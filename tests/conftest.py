@@ -15,7 +15,7 @@ import pytest
 
 # A measure command that really runs: it reads the commit's `cost` file and times that much
 # pure-Python work per sample, so the regression is a real slowdown, not a printed number.
-TIMED_MEASURE = r'''
+TIMED_MEASURE = r"""
 import sys, time
 cost = float(open("cost").read())
 for _ in range(int(sys.argv[1]) if len(sys.argv) > 1 else 8):
@@ -24,23 +24,29 @@ for _ in range(int(sys.argv[1]) if len(sys.argv) > 1 else 8):
     for i in range(int(cost * 20000)):
         x += i * i
     print(f"verify_ms={(time.perf_counter() - t) * 1000:.4f}")
-'''
+"""
 
 # A measure command that prints the commit's value with a small deterministic jitter: for tests
 # about control flow (bad input, resume) where timing noise would only slow them down.
-PRINTED_MEASURE = r'''
+PRINTED_MEASURE = r"""
 import sys
 value = float(open("value").read())
 for i in range(5):
     print(f"verify_ms={value * (1 + 0.01 * ((i % 3) - 1)):.4f}")
-'''
+"""
 
 
 def _git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@example.com",
-           "GIT_COMMITTER_NAME": "T", "GIT_COMMITTER_EMAIL": "t@example.com"}
-    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "T",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "T",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+    }
+    return subprocess.run(
+        ["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 @dataclass
@@ -65,8 +71,9 @@ def make_repo(root: Path, files_per_commit: Sequence[dict[str, str]]) -> Repo:
     return Repo(root, shas)
 
 
-def value_repo(root: Path, values: Sequence[float], name: str = "value",
-               script: str = PRINTED_MEASURE) -> Repo:
+def value_repo(
+    root: Path, values: Sequence[float], name: str = "value", script: str = PRINTED_MEASURE
+) -> Repo:
     commits = [{name: str(v)} for v in values]
     commits[0]["measure.py"] = script
     return make_repo(root, commits)
@@ -90,12 +97,19 @@ class Cli:
     env: dict[str, str]
     cwd: Path
 
-    def run(self, *args: str, timeout: float = 240, check_json: bool = False
-            ) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, timeout: float = 240, check_json: bool = False
+    ) -> subprocess.CompletedProcess[str]:
         exe = shutil.which("perfbisect")
         argv = [exe] if exe else [sys.executable, "-m", "perfbisect"]
-        result = subprocess.run([*argv, *args], cwd=self.cwd, env=self.env, capture_output=True,
-                                text=True, timeout=timeout)
+        result = subprocess.run(
+            [*argv, *args],
+            cwd=self.cwd,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if check_json:
             json.loads(result.stdout)
         return result

@@ -18,7 +18,11 @@ def sessions_in(tmp_path: Path) -> int:
         return 0
     with sqlite3.connect(db) as conn:
         tables = {r[0] for r in conn.execute("select name from sqlite_master")}
-        return conn.execute("select count(*) from sessions").fetchone()[0] if "sessions" in tables else 0
+        return (
+            conn.execute("select count(*) from sessions").fetchone()[0]
+            if "sessions" in tables
+            else 0
+        )
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
@@ -68,7 +72,9 @@ def test_good_not_ancestor_names_merge_base(cli: Cli, tmp_path: Path) -> None:
 
 def test_malformed_experiment(setup: tuple[Cli, list[str]], tmp_path: Path) -> None:
     cli, shas = setup
-    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT.replace("[metric]", "[metric]\nunits = 'ms'"))
+    (tmp_path / "perfbisect.toml").write_text(
+        EXPERIMENT.replace("[metric]", "[metric]\nunits = 'ms'")
+    )
     result = cli.run("bisect", "start", "--good", shas[0], "--bad", shas[2])
     assert result.returncode == 1
     assert "perfbisect.toml:8: key 'metric.units': unknown key" in one_line_error(result)
@@ -86,9 +92,13 @@ def test_bad_spec_is_usage_error(setup: tuple[Cli, list[str]], tmp_path: Path) -
     assert sessions_in(tmp_path) == 0
 
 
-def test_pattern_matching_nothing_stops_at_endpoint(setup: tuple[Cli, list[str]], tmp_path: Path) -> None:
+def test_pattern_matching_nothing_stops_at_endpoint(
+    setup: tuple[Cli, list[str]], tmp_path: Path
+) -> None:
     cli, shas = setup
-    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT.replace("verify_ms=([0-9.]+)", "tok_s=([0-9.]+)"))
+    (tmp_path / "perfbisect.toml").write_text(
+        EXPERIMENT.replace("verify_ms=([0-9.]+)", "tok_s=([0-9.]+)")
+    )
     result = cli.run("bisect", "start", "--good", shas[0], "--bad", shas[2], "--json")
     assert result.returncode == 3
     import json
@@ -100,7 +110,9 @@ def test_pattern_matching_nothing_stops_at_endpoint(setup: tuple[Cli, list[str]]
 
 def test_measure_command_not_found(setup: tuple[Cli, list[str]], tmp_path: Path) -> None:
     cli, shas = setup
-    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT.replace("python3 measure.py", "no-such-bench --x"))
+    (tmp_path / "perfbisect.toml").write_text(
+        EXPERIMENT.replace("python3 measure.py", "no-such-bench --x")
+    )
     result = cli.run("bisect", "start", "--good", shas[0], "--bad", shas[2])
     assert result.returncode == 3
     assert "exit 127" in result.stdout and "not found" in result.stdout
@@ -110,8 +122,16 @@ def test_unwritable_database(setup: tuple[Cli, list[str]], tmp_path: Path) -> No
     cli, shas = setup
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    result = cli.run("--db", str(blocker / "sub" / "history.db"), "bisect", "start",
-                     "--good", shas[0], "--bad", shas[2])
+    result = cli.run(
+        "--db",
+        str(blocker / "sub" / "history.db"),
+        "bisect",
+        "start",
+        "--good",
+        shas[0],
+        "--bad",
+        shas[2],
+    )
     assert result.returncode == 1
     assert "cannot create database directory" in one_line_error(result)
 
@@ -127,16 +147,23 @@ def test_newer_schema_is_refused(setup: tuple[Cli, list[str]], tmp_path: Path) -
 
 
 def test_second_session_is_refused_while_one_runs(cli: Cli, tmp_path: Path) -> None:
-    repo = make_repo(tmp_path / "repo", [{"value": "10", "measure.py": "import time\ntime.sleep(60)\n"},
-                                         {"value": "30"}])
+    repo = make_repo(
+        tmp_path / "repo",
+        [{"value": "10", "measure.py": "import time\ntime.sleep(60)\n"}, {"value": "30"}],
+    )
     (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
     import shutil
     import sys
 
     exe = shutil.which("perfbisect")
     argv = [exe] if exe else [sys.executable, "-m", "perfbisect"]
-    first = subprocess.Popen([*argv, "bisect", "start", "--good", repo.shas[0], "--bad", repo.shas[1]],
-                             cwd=tmp_path, env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = subprocess.Popen(
+        [*argv, "bisect", "start", "--good", repo.shas[0], "--bad", repo.shas[1]],
+        cwd=tmp_path,
+        env=cli.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 30
         while sessions_in(tmp_path) == 0 and time.monotonic() < deadline:

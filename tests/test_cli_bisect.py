@@ -15,8 +15,21 @@ def test_bisect_finds_real_slowdown_and_history_remembers(cli: Cli, tmp_path: Pa
     exp = tmp_path / "perfbisect.toml"
     exp.write_text(EXPERIMENT)
     plot = tmp_path / "plot.png"
-    report = cli.json("bisect", "start", "--good", repo.shas[0], "--bad", "main", "-c", str(exp),
-                      "--name", "first", "--json", "--plot", str(plot))
+    report = cli.json(
+        "bisect",
+        "start",
+        "--good",
+        repo.shas[0],
+        "--bad",
+        "main",
+        "-c",
+        str(exp),
+        "--name",
+        "first",
+        "--json",
+        "--plot",
+        str(plot),
+    )
     assert report["status"] == "found"
     culprit = report["culprit"]
     assert culprit["axis"] == "commit"
@@ -43,7 +56,9 @@ def test_bisect_finds_real_slowdown_and_history_remembers(cli: Cli, tmp_path: Pa
     compared = cli.json("query", "compare", str(log[0]["id"]), str(log[1]["id"]), "--json")
     assert compared["ratio"] > 3  # launch 0 is good, launch 1 is bad (interleaved endpoints)
     sessions = cli.json("query", "sessions", "--json")
-    assert sessions[0]["outcome"] == "found" and sessions[0]["first_bad"] == {"commit": repo.shas[7]}
+    assert sessions[0]["outcome"] == "found" and sessions[0]["first_bad"] == {
+        "commit": repo.shas[7]
+    }
     text = cli.run("bisect", "report", "first")
     assert text.returncode == 0 and "commit 7" in text.stdout and repo.shas[7] in text.stdout
 
@@ -90,16 +105,23 @@ def test_drift_of_an_endpoint_is_reported(cli: Cli, tmp_path: Path) -> None:
 def test_database_rows_are_complete(cli: Cli, tmp_path: Path) -> None:
     repo = value_repo(tmp_path / "repo", [10.0, 10.0, 30.0])
     exp = tmp_path / "perfbisect.toml"
-    exp.write_text(EXPERIMENT.replace('timeout_s = 60', 'timeout_s = 60\n') +
-                   '[env]\nHF_TOKEN = "hf_supersecretvalue"\nNCCL_PROTO = "LL"\n')
-    cli.json("bisect", "start", "--good", repo.shas[0], "--bad", repo.shas[2], "-c", str(exp), "--json")
+    exp.write_text(
+        EXPERIMENT.replace("timeout_s = 60", "timeout_s = 60\n")
+        + '[env]\nHF_TOKEN = "hf_supersecretvalue"\nNCCL_PROTO = "LL"\n'
+    )
+    cli.json(
+        "bisect", "start", "--good", repo.shas[0], "--bad", repo.shas[2], "-c", str(exp), "--json"
+    )
     db = sqlite3.connect(tmp_path / "history.db")
     n_launches, n_samples = db.execute("select count(*), sum(n_samples) from launches").fetchone()
     assert db.execute("select count(*) from samples").fetchone()[0] == n_samples > 0
     snapshots = [json.loads(r[0]) for r in db.execute("select data from env_snapshots")]
     assert snapshots and snapshots[0]["env"] == {"HF_TOKEN": "<redacted>", "NCCL_PROTO": "LL"}
     assert "hf_supersecretvalue" not in "\n".join(db.iterdump())
-    assert 'HF_TOKEN = "<redacted>"' in db.execute("select experiment_text from sessions").fetchone()[0]
+    assert (
+        'HF_TOKEN = "<redacted>"'
+        in db.execute("select experiment_text from sessions").fetchone()[0]
+    )
     assert db.execute("select journal_mode from pragma_journal_mode").fetchone()[0] == "wal"
     assert db.execute("select version_num from alembic_version").fetchone()[0] == "0001"
     assert n_launches >= 5

@@ -13,7 +13,10 @@ def test_demo_names_the_planted_commit(cli: Cli, tmp_path: Path) -> None:
     assert report["demo"]["named_planted"] is True
     assert report["culprit"]["first_bad"]["commit"] == report["demo"]["planted"]
     assert "whole sequence" in report["culprit"]["commit"]["subject"]
-    assert report["culprit"]["first_bad_ms"]["median"] > 4 * report["culprit"]["last_good_ms"]["median"]
+    assert (
+        report["culprit"]["first_bad_ms"]["median"]
+        > 4 * report["culprit"]["last_good_ms"]["median"]
+    )
     sessions = cli.json("query", "sessions", "--json")  # PERFBISECT_DB set by the fixture wins
     assert [s["outcome"] for s in sessions] == ["found"]
     again = cli.run("demo", "--dir", str(tmp_path / "demo"))

@@ -30,8 +30,9 @@ def drive(engine: Engine, script: Script) -> list[tuple[int, Purpose]]:
             seen[request.position] = k + 1
             order.append((request.position, request.purpose))
             value = script(request.position, k)
-            results.append(LaunchResult(value) if value is not None
-                           else LaunchResult(reason="build: exit 2"))
+            results.append(
+                LaunchResult(value) if value is not None else LaunchResult(reason="build: exit 2")
+            )
         engine.feed(results)
     raise AssertionError("engine did not finish")
 

@@ -50,20 +50,52 @@ def test_valid_experiment_loads(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (("timeout_s = 30", "timeout_s = 30\nmeasur = 'x'"), r"perfbisect.toml:7: key 'target.measur': unknown key"),
-        (("timeout_s = 30", 'timeout_s = "30"'), r"perfbisect.toml:6: key 'target.timeout_s': must be int or float, not str"),
-        (('measure = "python3 bench.py --port {port}"\n', ""), r"perfbisect.toml:1: key 'target': missing required key 'measure'"),
-        (("pattern = 'verify_ms=([0-9.]+)'", "pattern = 'verify_ms='"), r"perfbisect.toml:10: key 'metric.pattern': needs one capture group"),
-        (("pattern = 'verify_ms=([0-9.]+)'", "pattern = '(['"), r"key 'metric.pattern': invalid regular expression"),
-        (('kind = "command"', 'kind = "nope"'), r"perfbisect.toml:2: key 'target.kind': unknown target kind 'nope'"),
-        (("ordered = true", "ordered = 1"), r"perfbisect.toml:14: key 'axes.custom.flag.ordered': must be bool, not int"),
-        (('values = ["a", "b", "c"]', 'values = ["a", "a"]'), r"key 'axes.custom.flag.values': lists a value twice"),
+        (
+            ("timeout_s = 30", "timeout_s = 30\nmeasur = 'x'"),
+            r"perfbisect.toml:7: key 'target.measur': unknown key",
+        ),
+        (
+            ("timeout_s = 30", 'timeout_s = "30"'),
+            r"perfbisect.toml:6: key 'target.timeout_s': must be int or float, not str",
+        ),
+        (
+            ('measure = "python3 bench.py --port {port}"\n', ""),
+            r"perfbisect.toml:1: key 'target': missing required key 'measure'",
+        ),
+        (
+            ("pattern = 'verify_ms=([0-9.]+)'", "pattern = 'verify_ms='"),
+            r"perfbisect.toml:10: key 'metric.pattern': needs one capture group",
+        ),
+        (
+            ("pattern = 'verify_ms=([0-9.]+)'", "pattern = '(['"),
+            r"key 'metric.pattern': invalid regular expression",
+        ),
+        (
+            ('kind = "command"', 'kind = "nope"'),
+            r"perfbisect.toml:2: key 'target.kind': unknown target kind 'nope'",
+        ),
+        (
+            ("ordered = true", "ordered = 1"),
+            r"perfbisect.toml:14: key 'axes.custom.flag.ordered': must be bool, not int",
+        ),
+        (
+            ('values = ["a", "b", "c"]', 'values = ["a", "a"]'),
+            r"key 'axes.custom.flag.values': lists a value twice",
+        ),
         (("[env]", "[environment]"), r"perfbisect.toml:16: key 'environment': unknown table"),
-        (('NCCL_PROTO = "LL"', "NCCL_PROTO = true"), r"key 'env.NCCL_PROTO': must be a string or number"),
-        (("[axes.custom.flag]", "[axes.custom.commit]"), r"axis name 'commit' must be lower_snake_case"),
+        (
+            ('NCCL_PROTO = "LL"', "NCCL_PROTO = true"),
+            r"key 'env.NCCL_PROTO': must be a string or number",
+        ),
+        (
+            ("[axes.custom.flag]", "[axes.custom.commit]"),
+            r"axis name 'commit' must be lower_snake_case",
+        ),
     ],
 )
-def test_bad_experiment_is_a_clear_error(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
+def test_bad_experiment_is_a_clear_error(
+    tmp_path: Path, edit: tuple[str, str], message: str
+) -> None:
     old, new = edit
     assert old in GOOD
     with pytest.raises(ExperimentError, match=message):
@@ -79,7 +111,9 @@ def test_invalid_toml_and_missing_file(tmp_path: Path) -> None:
 
 def test_missing_repo_directory(tmp_path: Path) -> None:
     with pytest.raises(ExperimentError, match=r"key 'target.repo': directory .* does not exist"):
-        load_experiment(write(tmp_path, GOOD.replace('kind = "command"', 'kind = "command"\nrepo = "nowhere"')))
+        load_experiment(
+            write(tmp_path, GOOD.replace('kind = "command"', 'kind = "command"\nrepo = "nowhere"'))
+        )
 
 
 def test_parse_spec() -> None:
@@ -103,6 +137,11 @@ def test_staircase_path_changes_one_axis_at_a_time() -> None:
     flag = AxisValues("flag", ("a", "b", "c"), ordered=True)
     path = staircase_path(good, bad, {"commit": ["c0", "c1", "c2"], "flag": flag.segment("a", "c")})
     assert [p.label() for p in path] == [
-        "c0,flag=a", "c1,flag=a", "c2,flag=a", "c2,flag=b", "c2,flag=c"]
+        "c0,flag=a",
+        "c1,flag=a",
+        "c2,flag=a",
+        "c2,flag=b",
+        "c2,flag=c",
+    ]
     assert AxisValues("x", ("a", "b", "c"), ordered=True).segment("c", "a") == ["c", "b", "a"]
     assert AxisValues("x", ("a", "b", "c"), ordered=False).segment("a", "c") == ["a", "c"]

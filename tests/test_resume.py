@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from conftest import EXPERIMENT, Cli, value_repo
 
-SLOW_MEASURE = r'''
+SLOW_MEASURE = r"""
 import time
 value = float(open("value").read())
 time.sleep(0.6)
 for i in range(5):
     print(f"verify_ms={value * (1 + 0.01 * ((i % 3) - 1)):.4f}")
-'''
+"""
 
 
 def launches(tmp_path: Path) -> list[tuple[int, int, str]]:
@@ -44,8 +44,14 @@ def marked_processes(marker: str) -> list[str]:
 def start_background(cli: Cli, *args: str) -> subprocess.Popen[str]:
     exe = shutil.which("perfbisect")
     argv = [exe] if exe else [sys.executable, "-m", "perfbisect"]
-    return subprocess.Popen([*argv, *args], cwd=cli.cwd, env=cli.env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [*argv, *args],
+        cwd=cli.cwd,
+        env=cli.env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def wait_for_launches(tmp_path: Path, n: int, proc: subprocess.Popen[str]) -> None:
@@ -60,10 +66,13 @@ def wait_for_launches(tmp_path: Path, n: int, proc: subprocess.Popen[str]) -> No
 def served(cli: Cli, tmp_path: Path) -> tuple[list[str], str]:
     repo = value_repo(tmp_path / "repo", [10.0] * 9 + [30.0] * 8, script=SLOW_MEASURE)
     marker = f"pbmarker-{uuid.uuid4().hex[:8]}"
-    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT.replace(
-        'measure = "python3 measure.py"',
-        f'serve = "exec python3 -m http.server {{port}} --bind 127.0.0.1 --directory . # {marker}"\n'
-        'ready = "http://127.0.0.1:{port}/"\nmeasure = "python3 measure.py"'))
+    (tmp_path / "perfbisect.toml").write_text(
+        EXPERIMENT.replace(
+            'measure = "python3 measure.py"',
+            f'serve = "exec python3 -m http.server {{port}} --bind 127.0.0.1 --directory . # {marker}"\n'
+            'ready = "http://127.0.0.1:{port}/"\nmeasure = "python3 measure.py"',
+        )
+    )
     return repo.shas, marker
 
 
@@ -93,8 +102,9 @@ def test_ctrl_c_then_resume(cli: Cli, tmp_path: Path, served: tuple[list[str], s
     assert marked_processes(marker) == []
 
 
-def test_kill_9_loses_at_most_the_step_in_flight(cli: Cli, tmp_path: Path,
-                                                 served: tuple[list[str], str]) -> None:
+def test_kill_9_loses_at_most_the_step_in_flight(
+    cli: Cli, tmp_path: Path, served: tuple[list[str], str]
+) -> None:
     shas, marker = served
     proc = start_background(cli, "bisect", "start", "--good", shas[0], "--bad", shas[-1])
     wait_for_launches(tmp_path, 2, proc)

@@ -133,6 +133,7 @@ class Engine:
         self.launch_count = 0
         self.outcome: Outcome | None = None
         self._new_verdicts: list[PointResult] = []
+        self._endpoint_flipped: int | None = None
         self._pending: _Batch = []
         self._search = self._run()
         self._advance(None)
@@ -357,21 +358,32 @@ class Engine:
                 pick = min(open_points, key=lambda p: (abs(p - mid), p))
                 yield from self._evaluate(pick)
                 continue
+            # The bracket is final: confirm both ends with interleaved launches before
+            # reporting it, culprit or unresolved range alike. A contradiction (one outlier
+            # launch misled a single-launch verdict) re-opens the search.
+            if (lo, hi) not in verified:
+                verified.add((lo, hi))
+                yield from self._verify(lo, hi)
+                if self._endpoint_flipped is not None:
+                    which = "good" if self._endpoint_flipped == 0 else "bad"
+                    self._finish(
+                        Status.AMBIGUOUS,
+                        f"re-measuring the {which} endpoint contradicted its first verdict (the "
+                        "machine may have drifted); the regression is in this range",
+                        unresolved=((lo, hi),),
+                    )
+                    return
+                continue
             if hi - lo > 1:
-                n_bad = hi - lo - 1
+                n_open = hi - lo - 1
                 self._finish(
                     Status.AMBIGUOUS,
-                    f"{n_bad} configuration(s) between the last good and the first bad could "
+                    f"{n_open} configuration(s) between the last good and the first bad could "
                     "not be judged (skipped or unclear); the regression is in this range",
                     unresolved=((lo, hi),),
                 )
                 return
-            if (lo, hi) in verified:
-                break
-            verified.add((lo, hi))
-            yield from self._verify(lo, hi)
-            if self.verdicts[lo] is Verdict.GOOD and self.verdicts[hi] is Verdict.BAD:
-                break
+            break
         lo, hi = self._bracket()
         effect = difference(
             self.launches[lo], self.launches[hi], self.rel_sd(), self.policy.noise.z
@@ -402,10 +414,8 @@ class Engine:
         for p, v in ((lo, v_lo), (hi, v_hi)):
             new = v if v is not None else Verdict.UNCLEAR
             if p in (0, last) and new is not self.verdicts[p]:
-                # An endpoint that flips means the machine drifted: keep the endpoint's verdict
-                # and make the neighbour unjudgeable, so the range is reported, not blamed.
-                other = hi if p == lo else lo
-                if other not in (0, last):
-                    self._set_verdict(other, Verdict.UNCLEAR)
+                # An endpoint that flips means the machine drifted (or the endpoints were
+                # misjudged): the threshold can no longer be trusted, so the search stops.
+                self._endpoint_flipped = p
                 continue
             self._set_verdict(p, new)

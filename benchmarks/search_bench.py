@@ -1,0 +1,221 @@
+"""Search benchmark: perfbisect's engine against `git bisect run` and fixed-repeat strategies.
+
+Simulated histories with a known culprit and a noise model taken from the case we serve:
+good ~18 ms, bad ~29 ms verify per cycle; per-cycle jitter 1 ms (40 cycles per launch, the launch
+value is their median); a launch-to-launch shift with sigma 4% (so ~95% of launches fall within
++-8%, the 89 -> 82 tok/s move seen across restarts); outlier launches (3%, 1.5-2x slower); build
+failures near the culprit (each commit within 6 of it fails with probability 0.25); and a
+two-step case 19 -> 23 -> 29 ms.
+
+Counted per search: *evaluations* = distinct configurations measured to a verdict (endpoints
+included); *launches* = every launch attempt (build failures included). A search is correct when
+it names the true first bad commit, or, when the culprit's neighbours cannot be built, reports an
+unresolved range that contains the culprit and nothing it could have judged.
+
+    python benchmarks/search_bench.py [--trials 200] [--n 1024] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from perfbisect.bisect.engine import Engine, LaunchResult, Policy, Status
+from perfbisect.config import Configuration
+
+GOOD_MS, BAD_MS = 18.0, 29.0
+
+
+@dataclass(frozen=True)
+class World:
+    """One simulated history: the level of every commit and which ones do not build."""
+
+    levels: list[float]
+    unbuildable: frozenset[int]
+    culprit: int  # first position at or above the threshold crossing we must find
+    rng: random.Random
+    shift_sd: float = 0.04
+    outlier_p: float = 0.03
+
+    def launch(self, position: int) -> float | None:
+        if position in self.unbuildable:
+            return None
+        shift = self.rng.gauss(1.0, self.shift_sd)
+        if self.rng.random() < self.outlier_p:
+            shift *= self.rng.uniform(1.5, 2.0)
+        level = self.levels[position] * shift
+        cycles = sorted(self.rng.gauss(level, 1.0) for _ in range(40))
+        return (cycles[19] + cycles[20]) / 2
+
+    def acceptable(self, found: int | None, unresolved: tuple[int, int] | None) -> bool:
+        if found is not None:
+            return found == self.culprit
+        if unresolved is None:
+            return False
+        lo, hi = unresolved
+        return lo < self.culprit <= hi and all(p in self.unbuildable for p in range(lo + 1, hi))
+
+
+def single_step(
+    n: int, rng: random.Random, shift_sd: float, outlier_p: float, build_failures: bool
+) -> World:
+    culprit = rng.randint(1, n)
+    levels = [GOOD_MS if i < culprit else BAD_MS for i in range(n + 1)]
+    broken = set()
+    if build_failures:
+        for p in range(max(1, culprit - 6), min(n, culprit + 7)):
+            if p != culprit and rng.random() < 0.25:
+                broken.add(p)
+    return World(levels, frozenset(broken), culprit, rng, shift_sd, outlier_p)
+
+
+def two_step(
+    n: int, rng: random.Random, shift_sd: float, outlier_p: float, build_failures: bool
+) -> World:
+    first = rng.randint(1, n - 1)
+    second = rng.randint(first + 1, n)
+    levels = [19.0 if i < first else 23.0 if i < second else 29.0 for i in range(n + 1)]
+    # The threshold is the endpoints' midpoint (24): the crossing is the 23 -> 29 step.
+    return World(levels, frozenset(), second, rng, shift_sd, outlier_p)
+
+
+@dataclass(frozen=True)
+class Result:
+    correct: bool
+    evaluations: int
+    launches: int
+
+
+def run_perfbisect(world: World, n: int, policy: Policy) -> Result:
+    path = [Configuration.of({"commit": str(i)}) for i in range(n + 1)]
+    engine = Engine(path, policy)
+    while batch := engine.next_batch():
+        results = []
+        for request in batch:
+            value = world.launch(request.position)
+            results.append(
+                LaunchResult(value) if value is not None else LaunchResult(reason="build")
+            )
+        engine.feed(results)
+    outcome = engine.outcome
+    assert outcome is not None
+    found = (
+        outcome.culprit.first_bad.position
+        if outcome.status is Status.FOUND and outcome.culprit
+        else None
+    )
+    unresolved = outcome.unresolved[0] if outcome.unresolved else None
+    return Result(world.acceptable(found, unresolved), len(engine.verdicts), outcome.launches)
+
+
+def run_plain(world: World, n: int, repeats: int) -> Result:
+    """`git bisect run` with a threshold script (repeats=1), or a fixed number of repeats."""
+    launches = 0
+    evaluated: set[int] = set()
+
+    def value(position: int) -> float | None:
+        nonlocal launches
+        evaluated.add(position)
+        values = []
+        for _ in range(repeats):
+            launches += 1
+            v = world.launch(position)
+            if v is None:
+                return None
+            values.append(v)
+        return statistics.median(values)
+
+    good_v, bad_v = value(0), value(n)
+    if good_v is None or bad_v is None:
+        return Result(False, len(evaluated), launches)
+    threshold = (good_v + bad_v) / 2
+    lo, hi = 0, n
+    skipped: set[int] = set()
+    while True:
+        candidates = [p for p in range(lo + 1, hi) if p not in skipped]
+        if not candidates:
+            break
+        mid = (lo + hi) / 2
+        pick = min(candidates, key=lambda p: (abs(p - mid), p))
+        v = value(pick)
+        if v is None:
+            skipped.add(pick)
+        elif v > threshold:
+            hi = pick
+        else:
+            lo = pick
+    if hi - lo == 1:
+        return Result(world.acceptable(hi, None), len(evaluated), launches)
+    return Result(world.acceptable(None, (lo, hi)), len(evaluated), launches)
+
+
+Scenario = Callable[[int, random.Random, float, float, bool], World]
+SCENARIOS: list[tuple[str, Scenario, float, float, bool]] = [
+    ("single step, shift 4%, outliers 3%, build failures", single_step, 0.04, 0.03, True),
+    ("single step, shift 4%, outliers 3%", single_step, 0.04, 0.03, False),
+    ("single step, shift 8% (harsher), outliers 3%", single_step, 0.08, 0.03, False),
+    ("two steps 19 -> 23 -> 29, shift 4%", two_step, 0.04, 0.03, False),
+]
+
+
+def strategies() -> list[tuple[str, Callable[[World, int], Result]]]:
+    return [
+        ("perfbisect", lambda w, n: run_perfbisect(w, n, Policy())),
+        (
+            "perfbisect, 1 launch per endpoint",
+            lambda w, n: run_perfbisect(w, n, Policy(endpoint_min_launches=1)),
+        ),
+        ("git bisect run (1 launch)", lambda w, n: run_plain(w, n, 1)),
+        ("fixed 10 launches", lambda w, n: run_plain(w, n, 10)),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--n", type=int, default=1024, help="commits between good and bad")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    rows = []
+    for scenario, make, shift, outliers, failures in SCENARIOS:
+        for name, strategy in strategies():
+            results = []
+            for trial in range(args.trials):
+                rng = random.Random(args.seed * 1_000_003 + trial)
+                results.append(strategy(make(args.n, rng, shift, outliers, failures), args.n))
+            accuracy = sum(r.correct for r in results) / len(results)
+            evals = statistics.fmean(r.evaluations for r in results)
+            launches = statistics.fmean(r.launches for r in results)
+            rows.append((scenario, name, accuracy, evals, launches, launches / evals))
+    budget = math.log2(args.n) + 4
+    header = ("scenario", "strategy", "accuracy", "evaluations", "launches", "launches/eval")
+    if args.markdown:
+        print(
+            f"N = {args.n} commits, {args.trials} trials per row, seed {args.seed}; "
+            f"target: accuracy >= 99%, evaluations <= log2(N)+4 = {budget:.0f}, "
+            "launches/evaluation <= 1.3\n"
+        )
+        print("| " + " | ".join(header) + " |")
+        print("|" + "---|" * len(header))
+        for s, name, acc, ev, la, ratio in rows:
+            print(f"| {s} | {name} | {acc:.1%} | {ev:.2f} | {la:.2f} | {ratio:.2f} |")
+    else:
+        for s, name, acc, ev, la, ratio in rows:
+            print(
+                f"{s:52s} {name:36s} acc {acc:6.1%}  evals {ev:6.2f}  launches {la:6.2f}  "
+                f"per eval {ratio:4.2f}"
+            )
+    print(f"\n({time.perf_counter() - started:.1f} s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
