@@ -168,8 +168,8 @@ def strategies() -> list[tuple[str, Callable[[World, int], Result]]]:
     return [
         ("perfbisect", lambda w, n: run_perfbisect(w, n, Policy())),
         (
-            "perfbisect, 1 launch per endpoint",
-            lambda w, n: run_perfbisect(w, n, Policy(endpoint_min_launches=1)),
+            "perfbisect, 2 launches per endpoint",
+            lambda w, n: run_perfbisect(w, n, Policy(good_endpoint_launches=2)),
         ),
         ("git bisect run (1 launch)", lambda w, n: run_plain(w, n, 1)),
         ("fixed 10 launches", lambda w, n: run_plain(w, n, 10)),

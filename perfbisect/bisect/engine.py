@@ -46,7 +46,8 @@ class Status(str, Enum):
 @dataclass(frozen=True)
 class Policy:
     min_launches: int = 1
-    endpoint_min_launches: int = 2
+    good_endpoint_launches: int = 1
+    bad_endpoint_launches: int = 2
     endpoint_confirm_launches: int = 3  # launches before declaring the endpoints not reproduced
     max_launches: int = 5
     verify_min_pairs: int = 1
@@ -56,9 +57,10 @@ class Policy:
     noise: NoiseModel = field(default_factory=NoiseModel)
 
     def __post_init__(self) -> None:
-        if self.min_launches < 1 or self.endpoint_min_launches < 1:
+        lows = (self.min_launches, self.good_endpoint_launches, self.bad_endpoint_launches)
+        if min(lows) < 1:
             raise ValueError("minimum launches must be at least 1")
-        if self.max_launches < max(self.min_launches, self.endpoint_min_launches):
+        if self.max_launches < max(lows):
             raise ValueError("max launches must be >= min launches")
 
 
@@ -237,10 +239,18 @@ class Engine:
 
     def _endpoints(self) -> Generator[_Batch, list[LaunchResult], bool]:
         good, bad = 0, len(self.path) - 1
-        need = self.policy.endpoint_min_launches
-        # Interleave G, B, G, B so that slow drift of the machine hits both alike.
-        batch = self._request([good, bad] * need, Purpose.ENDPOINT)
-        yield batch
+        # Interleave B, G, B, ... so that slow drift of the machine hits both alike. The bad
+        # endpoint gets the extra launch by default: outlier launches are slow, and a slow
+        # outlier at the bad endpoint would push the threshold up unnoticed, while one at the
+        # good endpoint only narrows the gap, which buys more launches by itself.
+        order: list[int] = []
+        counts = {good: self.policy.good_endpoint_launches, bad: self.policy.bad_endpoint_launches}
+        while counts[good] or counts[bad]:
+            for pos in (bad, good):
+                if counts[pos]:
+                    order.append(pos)
+                    counts[pos] -= 1
+        yield self._request(order, Purpose.ENDPOINT)
         while True:
             for pos, name in ((good, "good"), (bad, "bad")):
                 if pos in self.skip_reason:

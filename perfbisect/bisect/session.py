@@ -73,7 +73,8 @@ class SearchOptions:
     def policy(self, experiment: Experiment) -> Policy:
         return Policy(
             min_launches=self.min_launches,
-            endpoint_min_launches=max(2, self.min_launches),
+            good_endpoint_launches=self.min_launches,
+            bad_endpoint_launches=max(2, self.min_launches),
             max_launches=max(self.max_launches, self.min_launches, 2),
             higher_is_better=experiment.metric.higher_is_better,
         )
