@@ -53,8 +53,10 @@ def test_bisect_finds_real_slowdown_and_history_remembers(cli: Cli, tmp_path: Pa
     assert hist and all(h["config"]["commit"] == repo.shas[7] for h in hist)
     shown = cli.json("query", "show", str(log[0]["id"]), "--json")
     assert len(shown["samples"]) == 8 and shown["snapshot"]["python"]
-    compared = cli.json("query", "compare", str(log[0]["id"]), str(log[1]["id"]), "--json")
-    assert compared["ratio"] > 3  # launch 0 is good, launch 1 is bad (interleaved endpoints)
+    # Endpoints run interleaved B, G, B: launch 1 is the good endpoint, launch 0 the bad one.
+    assert [entry["config"]["commit"] for entry in log[:3]] == [repo.shas[12], repo.shas[0], repo.shas[12]]
+    compared = cli.json("query", "compare", str(log[1]["id"]), str(log[0]["id"]), "--json")
+    assert compared["ratio"] > 3
     sessions = cli.json("query", "sessions", "--json")
     assert sessions[0]["outcome"] == "found" and sessions[0]["first_bad"] == {
         "commit": repo.shas[7]
