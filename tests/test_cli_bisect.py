@@ -54,7 +54,11 @@ def test_bisect_finds_real_slowdown_and_history_remembers(cli: Cli, tmp_path: Pa
     shown = cli.json("query", "show", str(log[0]["id"]), "--json")
     assert len(shown["samples"]) == 8 and shown["snapshot"]["python"]
     # Endpoints run interleaved B, G, B: launch 1 is the good endpoint, launch 0 the bad one.
-    assert [entry["config"]["commit"] for entry in log[:3]] == [repo.shas[12], repo.shas[0], repo.shas[12]]
+    assert [entry["config"]["commit"] for entry in log[:3]] == [
+        repo.shas[12],
+        repo.shas[0],
+        repo.shas[12],
+    ]
     compared = cli.json("query", "compare", str(log[1]["id"]), str(log[0]["id"]), "--json")
     assert compared["ratio"] > 3
     sessions = cli.json("query", "sessions", "--json")

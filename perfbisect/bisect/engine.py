@@ -13,6 +13,7 @@ outlier launch can mislead a single-launch verdict), correct it and keep searchi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -109,6 +110,14 @@ class Outcome:
     unresolved: tuple[tuple[int, int], ...]
     evaluations: int
     launches: int
+
+
+def midpoint(good: float, bad: float) -> float:
+    """The threshold between two levels: geometric, because launch noise is relative, so this
+    point is equally many noise widths from both (18 and 29 ms give 22.9 ms)."""
+    if good > 0 and bad > 0:
+        return math.sqrt(good * bad)
+    return (good + bad) / 2
 
 
 _Batch = list[LaunchRequest]
@@ -271,7 +280,7 @@ class Engine:
                 if worse.lo > 0 and big_enough:
                     # Both endpoints must sit clearly on their side of the midpoint, so that
                     # one outlier launch cannot drag the threshold.
-                    self.threshold = (median(g) + median(b)) / 2
+                    self.threshold = midpoint(median(g), median(b))
                     settled = self._decide(good) is not None and self._decide(bad) is not None
                     self.threshold = None
                 else:
@@ -307,7 +316,7 @@ class Engine:
         worse = self._worse_by(g, b)
         big_enough = worse.delta >= self.policy.min_effect * abs(est_g.median)
         if worse.lo > 0 and big_enough:
-            self.threshold = (est_g.median + est_b.median) / 2
+            self.threshold = midpoint(est_g.median, est_b.median)
             self._set_verdict(good, Verdict.GOOD)
             self._set_verdict(bad, Verdict.BAD)
             return True

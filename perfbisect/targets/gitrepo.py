@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,7 +89,10 @@ class GitRepo:
         try:
             self.repo.git.worktree("prune")
             if where.exists():
-                self.repo.git.worktree("remove", "--force", str(where))
+                # Left over from a repository that no longer exists at this path (or a broken
+                # checkout): git does not know it, so it cannot remove it for us.
+                shutil.rmtree(where)
+                self.repo.git.worktree("prune")
             self.repo.git.worktree("add", "--detach", "--force", str(where), sha)
         except self._errors as exc:
             raise StepFailed("checkout", f"git worktree add failed: {exc.stderr.strip()}") from None
