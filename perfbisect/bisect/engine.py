@@ -359,17 +359,7 @@ class Engine:
         verified: set[tuple[int, int]] = set()
         last = len(self.path) - 1
         while True:
-            bads = [p for p, v in self.verdicts.items() if v is Verdict.BAD]
-            goods_below = [
-                p for p, v in self.verdicts.items() if v is Verdict.GOOD and bads and p < min(bads)
-            ]
-            if not bads or not goods_below:
-                self._finish(
-                    Status.AMBIGUOUS,
-                    "verification contradicted an endpoint (the machine may have drifted)",
-                    unresolved=((0, last),),
-                )
-                return
+            # Endpoints keep their verdicts (a flip ends the search), so the bracket exists.
             lo, hi = self._bracket()
             open_points = [p for p in range(lo + 1, hi) if p not in self.verdicts]
             if open_points:
