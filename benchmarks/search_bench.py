@@ -42,6 +42,10 @@ class World:
     rng: random.Random
     shift_sd: float = 0.04
     outlier_p: float = 0.03
+    steps: tuple[int, ...] = ()  # every level change; defaults to (culprit,)
+
+    def all_steps(self) -> tuple[int, ...]:
+        return self.steps or (self.culprit,)
 
     def launch(self, position: int) -> float | None:
         if position in self.unbuildable:
@@ -81,8 +85,8 @@ def two_step(
     first = rng.randint(1, n - 1)
     second = rng.randint(first + 1, n)
     levels = [19.0 if i < first else 23.0 if i < second else 29.0 for i in range(n + 1)]
-    # The threshold is the endpoints' midpoint (24): the crossing is the 23 -> 29 step.
-    return World(levels, frozenset(), second, rng, shift_sd, outlier_p)
+    # The threshold is the endpoints' geometric midpoint (23.5): the crossing is 23 -> 29.
+    return World(levels, frozenset(), second, rng, shift_sd, outlier_p, (first, second))
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,7 @@ class Result:
     correct: bool
     evaluations: int
     launches: int
+    all_steps: bool = False  # every level change named (only perfbisect reports several)
 
 
 def run_perfbisect(world: World, n: int, policy: Policy) -> Result:
@@ -111,7 +116,13 @@ def run_perfbisect(world: World, n: int, policy: Policy) -> Result:
         else None
     )
     unresolved = outcome.unresolved[0] if outcome.unresolved else None
-    return Result(world.acceptable(found, unresolved), len(engine.verdicts), outcome.launches)
+    named = tuple(c.first_bad.position for c in outcome.steps)
+    return Result(
+        world.acceptable(found, unresolved),
+        len(engine.verdicts),
+        outcome.launches,
+        named == world.all_steps(),
+    )
 
 
 def run_plain(world: World, n: int, repeats: int) -> Result:
@@ -151,7 +162,8 @@ def run_plain(world: World, n: int, repeats: int) -> Result:
         else:
             lo = pick
     if hi - lo == 1:
-        return Result(world.acceptable(hi, None), len(evaluated), launches)
+        ok = world.acceptable(hi, None)
+        return Result(ok, len(evaluated), launches, ok and world.all_steps() == (hi,))
     return Result(world.acceptable(None, (lo, hi)), len(evaluated), launches)
 
 
@@ -194,9 +206,18 @@ def main(argv: list[str] | None = None) -> int:
             accuracy = sum(r.correct for r in results) / len(results)
             evals = statistics.fmean(r.evaluations for r in results)
             launches = statistics.fmean(r.launches for r in results)
-            rows.append((scenario, name, accuracy, evals, launches, launches / evals))
+            every = sum(r.all_steps for r in results) / len(results)
+            rows.append((scenario, name, accuracy, every, evals, launches, launches / evals))
     budget = math.log2(args.n) + 4
-    header = ("scenario", "strategy", "accuracy", "evaluations", "launches", "launches/eval")
+    header = (
+        "scenario",
+        "strategy",
+        "accuracy",
+        "every step named",
+        "evaluations",
+        "launches",
+        "launches/eval",
+    )
     if args.markdown:
         print(
             f"N = {args.n} commits, {args.trials} trials per row, seed {args.seed}; "
@@ -205,13 +226,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         print("| " + " | ".join(header) + " |")
         print("|" + "---|" * len(header))
-        for s, name, acc, ev, la, ratio in rows:
-            print(f"| {s} | {name} | {acc:.1%} | {ev:.2f} | {la:.2f} | {ratio:.2f} |")
+        for s, name, acc, every, ev, la, ratio in rows:
+            print(f"| {s} | {name} | {acc:.1%} | {every:.1%} | {ev:.2f} | {la:.2f} | {ratio:.2f} |")
     else:
-        for s, name, acc, ev, la, ratio in rows:
+        for s, name, acc, every, ev, la, ratio in rows:
             print(
-                f"{s:52s} {name:36s} acc {acc:6.1%}  evals {ev:6.2f}  launches {la:6.2f}  "
-                f"per eval {ratio:4.2f}"
+                f"{s:52s} {name:36s} acc {acc:6.1%}  steps {every:6.1%}  evals {ev:6.2f}  "
+                f"launches {la:6.2f}  per eval {ratio:4.2f}"
             )
     print(f"\n({time.perf_counter() - started:.1f} s)", file=sys.stderr)
     return 0

@@ -131,3 +131,20 @@ def test_database_rows_are_complete(cli: Cli, tmp_path: Path) -> None:
     assert db.execute("select journal_mode from pragma_journal_mode").fetchone()[0] == "wal"
     assert db.execute("select version_num from alembic_version").fetchone()[0] == "0001"
     assert n_launches >= 5
+
+
+def test_two_step_regression_is_reported_as_steps(cli: Cli, tmp_path: Path) -> None:
+    # 19 -> 23 -> 29 over 12 commits: the report names both steps and marks 23 -> 29 (the one
+    # that crosses the 23.5 threshold) as the culprit; the text report lists the steps.
+    values = [19.0] * 4 + [23.0] * 4 + [29.0] * 4
+    repo = value_repo(tmp_path / "repo", values)
+    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
+    report = cli.json("bisect", "start", "--good", repo.shas[0], "--bad", repo.shas[-1], "--json")
+    assert report["status"] == "found", report["message"]
+    assert [s["first_bad"]["commit"] for s in report["steps"]] == [repo.shas[4], repo.shas[8]]
+    assert report["culprit"]["first_bad"]["commit"] == repo.shas[8]
+    verdicts = {p["position"]: p["verdict"] for p in report["path"]}
+    assert "intermediate" in verdicts.values()
+    text = cli.run("bisect", "report")
+    assert text.returncode == 0, text.stderr
+    assert "2 steps" in text.stdout and repo.shas[4][:12] in text.stdout

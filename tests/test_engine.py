@@ -91,11 +91,12 @@ def test_skips_away_from_culprit_are_routed_around() -> None:
 
 
 def test_unclear_point_is_never_blamed() -> None:
-    # Position 10 sits on the threshold: its interval never leaves it, so it stays UNCLEAR.
+    # Position 10's launches disagree (bimodal, like a flaky NCCL ring): its interval never
+    # leaves the threshold, so it stays UNCLEAR.
     base = step(11)
 
     def script(pos: int, k: int) -> float:
-        return 22.85 + 0.01 * k if pos == 10 else base(pos, k)
+        return (22.85, 18.0, 29.0, 22.85)[k % 4] if pos == 10 else base(pos, k)
 
     engine = Engine(path(16), Policy(max_launches=4))
     drive(engine, script)
@@ -103,6 +104,33 @@ def test_unclear_point_is_never_blamed() -> None:
     outcome = engine.outcome
     assert outcome is not None and outcome.status is Status.AMBIGUOUS
     assert outcome.unresolved == ((9, 11),)
+
+
+@pytest.mark.parametrize("first,second", [(5, 40), (30, 31), (1, 64)])
+def test_two_step_regression_reports_both_steps(first: int, second: int) -> None:
+    # 19 -> 23 -> 29 ms: the 23 ms plateau sits next to the threshold (23.47), where a
+    # threshold-only search would spend its launches in vain; it is a level of its own.
+    def script(pos: int, k: int) -> float:
+        level = 19.0 if pos < first else 23.0 if pos < second else 29.0
+        return level * (1 + 0.01 * ((k % 3) - 1))
+
+    engine = Engine(path(64))
+    drive(engine, script)
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.FOUND, outcome
+    assert [s.first_bad.position for s in outcome.steps] == [first, second]
+    assert all(s.last_good.position == s.first_bad.position - 1 for s in outcome.steps)
+    # 23 -> 29 crosses the geometric midpoint of 19 and 29
+    assert outcome.culprit is not None and outcome.culprit.first_bad.position == second
+    assert "2 steps" in outcome.message
+    assert engine.launch_count <= 40
+
+
+def test_single_step_reports_one_step() -> None:
+    engine = Engine(path(64))
+    drive(engine, step(20))
+    assert engine.outcome is not None
+    assert [s.first_bad.position for s in engine.outcome.steps] == [20]
 
 
 def test_outlier_launch_is_corrected_by_verification() -> None:

@@ -27,6 +27,7 @@ from perfbisect.bisect.stats import (
     difference,
     estimate,
     median,
+    own_rel_sd,
     pooled_rel_sd,
 )
 from perfbisect.config import Configuration
@@ -110,6 +111,9 @@ class Outcome:
     unresolved: tuple[tuple[int, int], ...]
     evaluations: int
     launches: int
+    # Every step found, in path order; more than one when the regression came in stages
+    # (19 -> 23 -> 29 ms). ``culprit`` is the one that crosses the threshold.
+    steps: tuple[Culprit, ...] = ()
 
 
 def midpoint(good: float, bad: float) -> float:
@@ -120,8 +124,21 @@ def midpoint(good: float, bad: float) -> float:
     return (good + bad) / 2
 
 
+@dataclass
+class _Segment:
+    """One stretch of the path searched for a step: ``lo`` is at the lower level, ``hi`` at the
+    higher one, and the threshold lies between their levels. The whole path is the first
+    segment; a step that leaves a level gap on either side opens a segment there."""
+
+    lo: int
+    hi: int
+    threshold: float
+    verdicts: dict[int, Verdict] = field(default_factory=dict)
+
+
 _Batch = list[LaunchRequest]
 _Search = Generator[_Batch, list[LaunchResult], None]
+_MAX_STEPS = 4  # steps reported at most: each further one costs a whole binary search
 
 
 class Engine:
@@ -144,7 +161,7 @@ class Engine:
         self.launch_count = 0
         self.outcome: Outcome | None = None
         self._new_verdicts: list[PointResult] = []
-        self._endpoint_flipped: int | None = None
+        self._top: _Segment | None = None
         self._pending: _Batch = []
         self._search = self._run()
         self._advance(None)
@@ -202,8 +219,13 @@ class Engine:
     def _estimate(self, values: Sequence[float]) -> Estimate:
         return estimate(values, self.rel_sd(), self.policy.noise.z)
 
-    def _set_verdict(self, position: int, verdict: Verdict) -> None:
-        self.verdicts[position] = verdict
+    def _set_verdict(self, position: int, verdict: Verdict, seg: _Segment | None = None) -> None:
+        if seg is not None:
+            seg.verdicts[position] = verdict
+        # The reported verdict is the one against the session's threshold; a later segment
+        # (another level pair) only fills in points the first search never judged.
+        if seg is None or seg is self._top or position not in self.verdicts:
+            self.verdicts[position] = verdict
         self.evaluations += 1
         self._new_verdicts.append(self.point(position))
 
@@ -213,6 +235,7 @@ class Engine:
         message: str,
         culprit: Culprit | None = None,
         unresolved: tuple[tuple[int, int], ...] = (),
+        steps: tuple[Culprit, ...] | None = None,
     ) -> None:
         self.outcome = Outcome(
             status,
@@ -222,22 +245,117 @@ class Engine:
             unresolved,
             self.evaluations,
             self.launch_count,
+            steps if steps is not None else ((culprit,) if culprit else ()),
         )
 
     def _request(self, positions: Sequence[int], purpose: Purpose) -> _Batch:
         return [LaunchRequest(p, self.path[p], purpose) for p in positions]
 
-    def _decide(self, position: int) -> Verdict | None:
-        assert self.threshold is not None
+    def _decide(self, position: int, seg: _Segment | None = None) -> Verdict | None:
+        threshold = seg.threshold if seg is not None else self.threshold
+        assert threshold is not None
         values = self.launches.get(position, [])
         if not values:
             return None
-        return classify(self._estimate(values), self.threshold, self.policy.higher_is_better)
+        # A level of its own takes precedence over the side of the threshold it falls on, so
+        # that every point of one plateau gets the same verdict. Two launches at least: one
+        # launch cannot tell a plateau from a shifted launch.
+        if seg is not None and len(values) >= 2 and self._between(seg, values):
+            return Verdict.INTERMEDIATE
+        return classify(self._estimate(values), threshold, self.policy.higher_is_better)
+
+    def _clearly_worse(self, better: Sequence[float], worse: Sequence[float]) -> bool:
+        """``worse`` is worse than ``better`` by at least the minimum effect, significantly,
+        also against each side's own spread (launches that disagree prove nothing)."""
+        rel = max(self.rel_sd(), own_rel_sd(better), own_rel_sd(worse))
+        diff = difference(better, worse, rel, self.policy.noise.z)
+        if self.policy.higher_is_better:
+            diff = Difference(-diff.delta, -diff.hi, -diff.lo)
+        return diff.lo > 0 and diff.delta >= self.policy.min_effect * abs(median(better))
+
+    def _between(self, seg: _Segment, values: Sequence[float]) -> bool:
+        """Near the threshold but clearly apart from both levels: a level of its own."""
+        lo, hi = self.launches[seg.lo], self.launches[seg.hi]
+        return self._clearly_worse(lo, values) and self._clearly_worse(values, hi)
 
     def _run(self) -> _Search:
         if not (yield from self._endpoints()):
             return
-        yield from self._bisect()
+        assert self.threshold is not None
+        last = len(self.path) - 1
+        self._top = _Segment(0, last, self.threshold, {0: Verdict.GOOD, last: Verdict.BAD})
+        first = yield from self._bisect(self._top)
+        if first is None:
+            return
+        # A step that leaves a level gap on either side (19 -> 23 -> 29 ms) means the
+        # regression came in stages: search each gap for its own step.
+        steps = [first]
+        unresolved: list[tuple[int, int]] = []
+        queue = [(self._top.lo, self._top.hi, first)]
+        while queue and len(steps) < _MAX_STEPS:
+            a, b, step = queue.pop(0)
+            lo, hi = step.last_good.position, step.first_bad.position
+            for seg_lo, seg_hi in ((a, lo), (hi, b)):
+                if seg_hi - seg_lo < 1 or len(steps) >= _MAX_STEPS:
+                    continue
+                if not (yield from self._level_gap(seg_lo, seg_hi)):
+                    continue
+                low, high = self.launches[seg_lo], self.launches[seg_hi]
+                seg = _Segment(
+                    seg_lo,
+                    seg_hi,
+                    midpoint(median(low), median(high)),
+                    {seg_lo: Verdict.GOOD, seg_hi: Verdict.BAD},
+                )
+                found = yield from self._bisect(seg)
+                if found is not None:
+                    steps.append(found)
+                    queue.append((seg_lo, seg_hi, found))
+                elif self.outcome is not None and self.outcome.unresolved:
+                    unresolved.extend(self.outcome.unresolved)
+                self.outcome = None
+        steps.sort(key=lambda c: c.first_bad.position)
+        culprit = self._crossing(steps)
+        if len(steps) == 1:
+            message = f"first bad configuration at position {culprit.first_bad.position} of {last}"
+        else:
+            where = ", ".join(str(c.first_bad.position) for c in steps)
+            message = (
+                f"the regression came in {len(steps)} steps (at positions {where} of {last}); "
+                f"position {culprit.first_bad.position} crosses the threshold"
+            )
+        if unresolved:
+            message += f"; {len(unresolved)} further level change(s) could not be pinned down"
+        self._finish(Status.FOUND, message, culprit, tuple(unresolved), tuple(steps))
+
+    def _level_gap(self, a: int, b: int) -> Generator[_Batch, list[LaunchResult], bool]:
+        """Is ``b`` clearly worse than ``a``? A gap opens a whole new search, so one seen on few
+        launches (often the single launch of the good endpoint) is confirmed with interleaved
+        pairs first; single-step searches then rarely pay for a phantom second step."""
+        if not self._clearly_worse(self.launches[a], self.launches[b]):
+            return False
+        for _ in range(self.policy.verify_max_pairs):
+            yield self._request([a, b], Purpose.VERIFY)
+            if a in self.skip_reason or b in self.skip_reason:
+                return False
+            if not self._clearly_worse(self.launches[a], self.launches[b]):
+                return False
+            if min(len(self.launches[a]), len(self.launches[b])) >= 3:
+                return True
+        return True
+
+    def _crossing(self, steps: Sequence[Culprit]) -> Culprit:
+        """The step whose levels straddle the session threshold, else the largest one."""
+        assert self.threshold is not None
+        sign = -1.0 if self.policy.higher_is_better else 1.0
+
+        def level(p: PointResult) -> float:
+            return sign * median(self.launches[p.position])
+
+        t = sign * self.threshold
+        straddling = [c for c in steps if level(c.last_good) < t <= level(c.first_bad)]
+        pool = straddling or list(steps)
+        return max(pool, key=lambda c: level(c.first_bad) - level(c.last_good))
 
     def _worse_by(self, good: Sequence[float], bad: Sequence[float]) -> Difference:
         """How much worse bad is than good, positive = worse, in the metric's unit."""
@@ -333,55 +451,65 @@ class Engine:
         self._finish(Status.NOT_REPRODUCED, f"{why} {unit}")
         return False
 
-    def _evaluate(self, position: int) -> Generator[_Batch, list[LaunchResult], None]:
-        """Adaptive launches of one point until its interval leaves the threshold."""
-        yield self._request([position] * self.policy.min_launches, Purpose.SEARCH)
+    def _evaluate(
+        self, seg: _Segment, position: int
+    ) -> Generator[_Batch, list[LaunchResult], None]:
+        """Adaptive launches of one point until its interval leaves the threshold. Launches from
+        an earlier segment count: a point is only measured again when they do not decide it."""
+        if len(self.launches.get(position, [])) < self.policy.min_launches:
+            yield self._request([position] * self.policy.min_launches, Purpose.SEARCH)
         while True:
             if position in self.skip_reason:
-                self._set_verdict(position, Verdict.SKIP)
+                self._set_verdict(position, Verdict.SKIP, seg)
                 return
-            verdict = self._decide(position)
+            verdict = self._decide(position, seg)
             if verdict is not None:
-                self._set_verdict(position, verdict)
+                self._set_verdict(position, verdict, seg)
                 return
             if len(self.launches[position]) >= self.policy.max_launches:
-                self._set_verdict(position, Verdict.UNCLEAR)
+                self._set_verdict(position, Verdict.UNCLEAR, seg)
                 return
             yield self._request([position], Purpose.SEARCH)
 
-    def _bracket(self) -> tuple[int, int]:
-        """(last GOOD before the first BAD, first BAD): the range that holds the first crossing."""
-        hi = min(p for p, v in self.verdicts.items() if v is Verdict.BAD)
-        lo = max(p for p, v in self.verdicts.items() if v is Verdict.GOOD and p < hi)
+    @staticmethod
+    def _bracket(seg: _Segment) -> tuple[int, int]:
+        """(last GOOD before the first worse point, first worse point): the range holding the
+        first departure from the segment's lower level."""
+        worse = (Verdict.BAD, Verdict.INTERMEDIATE)
+        hi = min(p for p, v in seg.verdicts.items() if v in worse)
+        lo = max(p for p, v in seg.verdicts.items() if v is Verdict.GOOD and p < hi)
         return lo, hi
 
-    def _bisect(self) -> Generator[_Batch, list[LaunchResult], None]:
+    def _bisect(self, seg: _Segment) -> Generator[_Batch, list[LaunchResult], Culprit | None]:
+        """Binary search of one segment; the verified step, or None after ``_finish`` said why
+        (or, for a later segment, when its ends turned out to be one level)."""
         verified: set[tuple[int, int]] = set()
-        last = len(self.path) - 1
+        top = seg is self._top
         while True:
-            # Endpoints keep their verdicts (a flip ends the search), so the bracket exists.
-            lo, hi = self._bracket()
-            open_points = [p for p in range(lo + 1, hi) if p not in self.verdicts]
+            # Segment ends keep their verdicts (a flip ends the search), so the bracket exists.
+            lo, hi = self._bracket(seg)
+            open_points = [p for p in range(lo + 1, hi) if p not in seg.verdicts]
             if open_points:
                 mid = (lo + hi) / 2
                 pick = min(open_points, key=lambda p: (abs(p - mid), p))
-                yield from self._evaluate(pick)
+                yield from self._evaluate(seg, pick)
                 continue
             # The bracket is final: confirm both ends with interleaved launches before
             # reporting it, culprit or unresolved range alike. A contradiction (one outlier
             # launch misled a single-launch verdict) re-opens the search.
             if (lo, hi) not in verified:
                 verified.add((lo, hi))
-                yield from self._verify(lo, hi)
-                if self._endpoint_flipped is not None:
-                    which = "good" if self._endpoint_flipped == 0 else "bad"
-                    self._finish(
-                        Status.AMBIGUOUS,
-                        f"re-measuring the {which} endpoint contradicted its first verdict (the "
-                        "machine may have drifted); the regression is in this range",
-                        unresolved=((lo, hi),),
-                    )
-                    return
+                flipped = yield from self._verify(seg, lo, hi)
+                if flipped is not None:
+                    if top:
+                        which = "good" if flipped == seg.lo else "bad"
+                        self._finish(
+                            Status.AMBIGUOUS,
+                            f"re-measuring the {which} endpoint contradicted its first verdict "
+                            "(the machine may have drifted); the regression is in this range",
+                            unresolved=((lo, hi),),
+                        )
+                    return None
                 continue
             if hi - lo > 1:
                 n_open = hi - lo - 1
@@ -391,40 +519,49 @@ class Engine:
                     "not be judged (skipped or unclear); the regression is in this range",
                     unresolved=((lo, hi),),
                 )
-                return
+                return None
             break
-        lo, hi = self._bracket()
+        lo, hi = self._bracket(seg)
         effect = difference(
             self.launches[lo], self.launches[hi], self.rel_sd(), self.policy.noise.z
         )
-        self._finish(
-            Status.FOUND,
-            f"first bad configuration at position {hi} of {last}",
-            Culprit(self.point(lo), self.point(hi), effect, verified=True),
-        )
+        return Culprit(self.point(lo), self.point(hi), effect, verified=True)
 
-    def _verify(self, lo: int, hi: int) -> Generator[_Batch, list[LaunchResult], None]:
-        """Interleaved A B A B launches of the adjacent pair, then re-judge both."""
+    def _verify(
+        self, seg: _Segment, lo: int, hi: int
+    ) -> Generator[_Batch, list[LaunchResult], int | None]:
+        """Interleaved A B A B launches of the adjacent pair, then re-judge both. Returns the
+        segment end whose verdict flipped (the levels cannot be trusted), else None."""
         pairs = 0
-        last = len(self.path) - 1
+        ends = (seg.lo, seg.hi)
         while True:
             yield self._request([lo, hi], Purpose.VERIFY)
             pairs += 1
             if lo in self.skip_reason or hi in self.skip_reason:
                 for p in (lo, hi):
-                    if p in self.skip_reason and p not in (0, last):
-                        self._set_verdict(p, Verdict.SKIP)
-                return
-            v_lo, v_hi = self._decide(lo), self._decide(hi)
+                    if p in self.skip_reason and p not in ends:
+                        self._set_verdict(p, Verdict.SKIP, seg)
+                return None
+            v_lo, v_hi = self._decide(lo, seg), self._decide(hi, seg)
             if pairs >= self.policy.verify_min_pairs and v_lo is not None and v_hi is not None:
                 break
             if pairs >= self.policy.verify_max_pairs:
                 break
+        if (
+            v_hi is Verdict.INTERMEDIATE
+            and v_lo is Verdict.GOOD
+            and lo not in ends
+            and not self._clearly_worse(self.launches[lo], self.launches[hi])
+        ):
+            # Both sit on one plateau that straddles the threshold: no step between them.
+            v_lo = Verdict.INTERMEDIATE
+        flipped: int | None = None
         for p, v in ((lo, v_lo), (hi, v_hi)):
             new = v if v is not None else Verdict.UNCLEAR
-            if p in (0, last) and new is not self.verdicts[p]:
-                # An endpoint that flips means the machine drifted (or the endpoints were
-                # misjudged): the threshold can no longer be trusted, so the search stops.
-                self._endpoint_flipped = p
+            if p in ends and new is not seg.verdicts[p]:
+                # A segment end that flips means the machine drifted (or the ends were
+                # misjudged): the threshold can no longer be trusted, so this search stops.
+                flipped = p
                 continue
-            self._set_verdict(p, new)
+            self._set_verdict(p, new, seg)
+        return flipped

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfbisect.bisect.engine import Engine, Outcome, PointResult
+from perfbisect.bisect.engine import Culprit, Engine, Outcome, PointResult
 from perfbisect.bisect.stats import difference, median
 from perfbisect.config import COMMIT_AXIS, Configuration
 from perfbisect.experiment import Experiment
@@ -92,25 +92,28 @@ def _axis_of_step(a: Configuration, b: Configuration) -> str:
     return differing[0] if differing else COMMIT_AXIS
 
 
+def _step_json(experiment: Experiment, c: Culprit) -> dict[str, Any]:
+    axis = _axis_of_step(c.last_good.config, c.first_bad.config)
+    step: dict[str, Any] = {
+        "axis": axis,
+        "last_good": c.last_good.config.as_dict(),
+        "first_bad": c.first_bad.config.as_dict(),
+        "last_good_ms": _ms(c.last_good),
+        "first_bad_ms": _ms(c.first_bad),
+        "effect_ms": c.effect.as_json(),
+        "verified": c.verified,
+        "position": c.first_bad.position,
+    }
+    if axis == COMMIT_AXIS:
+        step["commit"] = _commit_info(experiment, c.first_bad.config.get(COMMIT_AXIS))
+    return step
+
+
 def build_report(
     store: Store, session_id: int, experiment: Experiment, engine: Engine, outcome: Outcome
 ) -> dict[str, Any]:
-    culprit: dict[str, Any] | None = None
-    if outcome.culprit is not None:
-        c = outcome.culprit
-        axis = _axis_of_step(c.last_good.config, c.first_bad.config)
-        culprit = {
-            "axis": axis,
-            "last_good": c.last_good.config.as_dict(),
-            "first_bad": c.first_bad.config.as_dict(),
-            "last_good_ms": _ms(c.last_good),
-            "first_bad_ms": _ms(c.first_bad),
-            "effect_ms": c.effect.as_json(),
-            "verified": c.verified,
-            "position": c.first_bad.position,
-        }
-        if axis == COMMIT_AXIS:
-            culprit["commit"] = _commit_info(experiment, c.first_bad.config.get(COMMIT_AXIS))
+    culprit = _step_json(experiment, outcome.culprit) if outcome.culprit else None
+    steps = [_step_json(experiment, c) for c in outcome.steps]
     last = len(engine.path) - 1
     drift = [
         d
@@ -128,6 +131,7 @@ def build_report(
         "higher_is_better": experiment.metric.higher_is_better,
         "threshold_ms": outcome.threshold,
         "culprit": culprit,
+        "steps": steps,
         "unresolved": [
             [engine.path[a].as_dict(), engine.path[b].as_dict()] for a, b in outcome.unresolved
         ],

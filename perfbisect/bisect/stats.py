@@ -19,6 +19,10 @@ from enum import Enum
 class Verdict(str, Enum):
     GOOD = "good"
     BAD = "bad"
+    # Clearly worse than the good level and clearly better than the bad one: the regression
+    # came in more than one step. Treated as "already regressed" while the first departure
+    # from the good level is searched; the later step is searched afterwards.
+    INTERMEDIATE = "intermediate"
     UNCLEAR = "unclear"
     SKIP = "skip"
 

@@ -13,7 +13,13 @@ STATUS_STYLE = {
     "endpoints-not-reproduced": "bold yellow",
     "ambiguous": "bold yellow",
 }
-VERDICT_STYLE = {"good": "green", "bad": "red", "skip": "magenta", "unclear": "yellow"}
+VERDICT_STYLE = {
+    "good": "green",
+    "bad": "red",
+    "intermediate": "cyan",
+    "skip": "magenta",
+    "unclear": "yellow",
+}
 
 
 def _cfg(config: dict[str, Any]) -> str:
@@ -117,6 +123,22 @@ def render_report(report: dict[str, Any], console: Console | None = None) -> Non
                 f"effect: {eff['delta']:+.4g} {unit} (interval {eff['ci'][0]:+.4g} .. "
                 f"{eff['ci'][1]:+.4g}); verified with interleaved launches: "
                 f"{'yes' if culprit.get('verified') else 'no'}"
+            )
+    steps = report.get("steps", [])
+    if len(steps) > 1:
+        console.print(f"[bold]the regression came in {len(steps)} steps:[/]")
+        for st in steps:
+            mark = (
+                " (crosses the threshold)"
+                if culprit and st["position"] == culprit["position"]
+                else ""
+            )
+            sha = (
+                f" {st['commit']['sha'][:12]} {st['commit']['subject']}" if st.get("commit") else ""
+            )
+            console.print(
+                f"    {_ms(st.get('last_good_ms'))} -> {_ms(st.get('first_bad_ms'))} at "
+                f"{_cfg(st['first_bad'])}{sha}{mark}"
             )
     for a, b in report.get("unresolved", []):
         console.print(f"[yellow]unresolved:[/] between {_cfg(a)} (good) and {_cfg(b)} (bad)")
