@@ -56,5 +56,15 @@ class StepFailed(PerfbisectError):
         self.reason = reason
 
 
-class HostUnreachable(PerfbisectError):
-    """Raised when a host does not answer within its retry budget."""
+class HostError(StepFailed):
+    """Raised when a host refuses us: unknown or changed host key, failed authentication, a
+    tool missing on the host. Retrying does not help; the message says what to fix. Inside a
+    bisect the step becomes SKIP with this reason; a probe exits with it."""
+
+    def __init__(self, address: str, reason: str) -> None:
+        super().__init__("host", f"{address}: {reason}")
+        self.address = address
+
+
+class HostUnreachable(HostError):
+    """Raised when a host does not answer within its retry budget (reboot, network)."""

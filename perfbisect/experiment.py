@@ -47,7 +47,20 @@ METRIC_SCHEMA: _Schema = {
     "higher_is_better": ((bool,), False),
 }
 CUSTOM_AXIS_SCHEMA: _Schema = {"values": ((list,), True), "ordered": ((bool,), False)}
-TOP_LEVEL = {"target", "metric", "axes", "env"}
+HOST_SCHEMA: _Schema = {
+    "address": ((str,), False),
+    "ssh_config": ((str,), False),
+    "known_hosts": ((str,), False),
+    "accept_new_host_key": ((bool,), False),
+    "retry_s": (_NUMBER, False),
+}
+LAUNCH_SCHEMA: _Schema = {
+    "method": ((str,), False),
+    "ssh_address": ((str,), False),
+    "python": ((str,), False),
+}
+LAUNCH_METHODS = ("direct", "tmux", "ssh", "sitecustomize")
+TOP_LEVEL = {"target", "metric", "axes", "env", "host", "launch"}
 
 
 @dataclass(frozen=True)
@@ -76,6 +89,26 @@ class TargetSpec:
 
 
 @dataclass(frozen=True)
+class HostSettings:
+    """``[host]``: where every stage runs (``local`` or ``ssh://[user@]host[:port]``)."""
+
+    address: str = "local"
+    ssh_config: str | None = None
+    known_hosts: str | None = None
+    accept_new_host_key: bool = False
+    retry_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """``[launch]``: the default launch method (a ``launch=`` spec value overrides it)."""
+
+    method: str = "direct"
+    ssh_address: str = "ssh://localhost"
+    python: str = "python3"
+
+
+@dataclass(frozen=True)
 class Experiment:
     path: Path
     text: str
@@ -83,6 +116,8 @@ class Experiment:
     metric: MetricSpec
     custom_axes: tuple[CustomAxisSpec, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    host: HostSettings = field(default_factory=HostSettings)
+    launch: LaunchSettings = field(default_factory=LaunchSettings)
 
     @property
     def directory(self) -> Path:
@@ -94,7 +129,7 @@ class Experiment:
 
     def axis_names(self) -> list[str]:
         names = ["commit"] if self.target.repo is not None else []
-        return names + [a.name for a in self.custom_axes]
+        return [*names, *(a.name for a in self.custom_axes), "launch"]
 
     def custom_axis(self, name: str) -> CustomAxisSpec | None:
         return next((a for a in self.custom_axes if a.name == name), None)
@@ -107,6 +142,9 @@ class Experiment:
                 sorted((k, v) for k, v in self.target.options.items() if k != "timeout_s"),
                 [self.metric.name, self.metric.pattern, self.metric.higher_is_better],
                 sorted(self.env.items()),
+                # Only when set, so that experiments without them keep their fingerprints.
+                *([self.host.address] if self.host.address != "local" else []),
+                *([self.launch.method] if self.launch.method != "direct" else []),
             ]
         )
 
@@ -251,6 +289,47 @@ def parse_experiment(doc: Mapping[str, Any], path: Path, text: str) -> Experimen
         metric=metric,
         custom_axes=custom,
         env=env,
+        host=_parse_host(check, doc, path),
+        launch=_parse_launch(check, doc),
+    )
+
+
+def _parse_host(check: _Checker, doc: Mapping[str, Any], path: Path) -> HostSettings:
+    table = check.table(doc, ("host",), required=False)
+    check.check(table, ("host",), HOST_SCHEMA)
+    address = str(table.get("address", "local"))
+    if address != "local" and not (address.startswith("ssh://") or "@" in address):
+        raise check.fail(("host",), "address", "must be 'local' or ssh://[user@]host[:port]")
+
+    def relative(key: str) -> str | None:
+        value = table.get(key)
+        return str((path.parent / str(value)).expanduser()) if value else None
+
+    if "retry_s" in table and float(table["retry_s"]) < 0:
+        raise check.fail(("host",), "retry_s", "must not be negative")
+    return HostSettings(
+        address=address,
+        ssh_config=relative("ssh_config"),
+        known_hosts=relative("known_hosts"),
+        accept_new_host_key=bool(table.get("accept_new_host_key", False)),
+        retry_s=float(table.get("retry_s", 300.0)),
+    )
+
+
+def _parse_launch(check: _Checker, doc: Mapping[str, Any]) -> LaunchSettings:
+    table = check.table(doc, ("launch",), required=False)
+    check.check(table, ("launch",), LAUNCH_SCHEMA)
+    method = str(table.get("method", "direct"))
+    if method not in LAUNCH_METHODS:
+        raise check.fail(
+            ("launch",),
+            "method",
+            f"unknown launch method {method!r} (known: {', '.join(LAUNCH_METHODS)})",
+        )
+    return LaunchSettings(
+        method=method,
+        ssh_address=str(table.get("ssh_address", "ssh://localhost")),
+        python=str(table.get("python", "python3")),
     )
 
 

@@ -7,11 +7,13 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import sshd_fixture
 
 # A measure command that really runs: it reads the commit's `cost` file and times that much
 # pure-Python work per sample, so the regression is a real slowdown, not a printed number.
@@ -133,3 +135,33 @@ def cli(tmp_path: Path) -> Cli:
 def _isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PERFBISECT_DB", f"sqlite:///{tmp_path / 'history.db'}")
     monkeypatch.setenv("PERFBISECT_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_tmux() -> Iterator[None]:
+    """Local tmux servers of the tests live on their own socket directory, killed at the end."""
+    sock_dir = Path(tempfile.mkdtemp(prefix="pbtmux-", dir="/tmp"))
+    old = os.environ.get("TMUX_TMPDIR")
+    os.environ["TMUX_TMPDIR"] = str(sock_dir)
+    os.environ.pop("TMUX", None)
+    yield
+    if shutil.which("tmux"):
+        subprocess.run(["tmux", "kill-server"], capture_output=True, timeout=30)
+    if old is None:
+        os.environ.pop("TMUX_TMPDIR", None)
+    else:
+        os.environ["TMUX_TMPDIR"] = old
+    shutil.rmtree(sock_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def ssh_server() -> Iterator[sshd_fixture.SshServer]:
+    """A real sshd on 127.0.0.1 for a throwaway user (see tests/sshd_fixture.py)."""
+    why = sshd_fixture.available()
+    if why:
+        pytest.skip(f"ssh test host unavailable: {why}")
+    server = sshd_fixture.start()
+    try:
+        yield server
+    finally:
+        sshd_fixture.stop(server)

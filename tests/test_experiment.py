@@ -43,7 +43,7 @@ def test_valid_experiment_loads(tmp_path: Path) -> None:
     assert exp.metric.name == "verify_ms"
     assert exp.custom_axes[0].values == ("a", "b", "c")
     assert exp.env == {"NCCL_PROTO": "LL"}
-    assert exp.axis_names() == ["flag"]
+    assert exp.axis_names() == ["flag", "launch"]
     assert exp.timeout_s == 30
 
 

@@ -189,6 +189,8 @@ def _measure(
         store,
         replace(
             base,
+            host_name=str(m.snapshot.get("host", "local")),
+            host_address=str(m.snapshot.get("address", "local")),
             samples=m.samples,
             value=value,
             flags=m.flags or instability_flags(m.samples),
@@ -201,6 +203,11 @@ def _measure(
         ),
     )
     return LaunchResult(value)
+
+
+def _close(target: Target | None) -> None:
+    if target is not None:
+        target.close()
 
 
 def _drive(
@@ -258,14 +265,17 @@ def _drive(
                     point.reason,
                 )
     except KeyboardInterrupt:
+        _close(target)
         records.set_session_status(store, session_id, records.INTERRUPTED)
         raise Interrupted(
             f"interrupted; the session is saved: `perfbisect bisect resume "
             f"{session_id}` continues it"
         ) from None
     except BaseException:
+        _close(target)
         records.set_session_status(store, session_id, records.INTERRUPTED)
         raise
+    _close(target)
     outcome = engine.outcome
     assert outcome is not None
     report = build_report(store, session_id, experiment, engine, outcome)

@@ -2,7 +2,8 @@
 
 Every process is started with ``start_new_session=True`` so the whole tree (a server and the
 workers it spawns) can be signalled at once, and every wait has a timeout. Descendants that
-escaped the group (``setsid``) are found through /proc before the kill.
+escaped the group (``setsid``) are found through /proc before the kill. Children get
+``PR_SET_PDEATHSIG``, so even a ``kill -9`` of perfbisect does not orphan a server.
 """
 
 from __future__ import annotations
@@ -13,27 +14,19 @@ import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
+from perfbisect.hosts.base import CommandResult, tree_of
+from perfbisect.paths import cache_dir
 
-@dataclass(frozen=True)
-class CommandResult:
-    returncode: int
-    output: str
-    duration_s: float
-    timed_out: bool = False
-
-    def tail(self, lines: int = 20) -> str:
-        return "\n".join(self.output.rstrip().splitlines()[-lines:])
+__all__ = ["CommandResult", "LocalHost", "LocalProcess", "free_port", "port_in_use"]
 
 
-def descendants(pid: int) -> list[int]:
-    """All live descendants of ``pid`` (Linux /proc walk; empty elsewhere)."""
-    children: dict[int, list[int]] = {}
+def _parents() -> dict[int, int]:
+    table: dict[int, int] = {}
     proc = Path("/proc")
     if not proc.is_dir():
-        return []
+        return table
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -44,45 +37,13 @@ def descendants(pid: int) -> list[int]:
         # The command name may contain spaces and parentheses: split after the last ')'.
         fields = stat[stat.rfind(")") + 2 :].split()
         if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found: list[int] = []
-    stack = [pid]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            found.append(child)
-            stack.append(child)
-    return found
+            table[int(entry.name)] = int(fields[1])
+    return table
 
 
-def _signal_tree(pgid: int, pids: Sequence[int], sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def kill_tree(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
-    """SIGTERM the process group and its descendants, then SIGKILL what is left; reap."""
-    if proc.poll() is not None and not descendants(proc.pid):
-        return
-    tree = descendants(proc.pid)
-    _signal_tree(proc.pid, tree, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        alive = [p for p in tree if _alive(p)]
-        if proc.poll() is not None and not alive:
-            break
-        time.sleep(0.05)
-    _signal_tree(proc.pid, [*tree, *descendants(proc.pid)], signal.SIGKILL)
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:  # pragma: no cover - a D-state process; nothing else to do
-        pass
+def descendants(pid: int) -> list[int]:
+    """All live descendants of ``pid`` (Linux /proc walk; empty elsewhere)."""
+    return tree_of(pid, _parents())
 
 
 def _alive(pid: int) -> bool:
@@ -96,6 +57,38 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def _send(pids: Sequence[int], sig: signal.Signals, group: bool = False) -> None:
+    for pid in pids:
+        try:
+            if group:
+                os.killpg(pid, sig)
+            else:
+                os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def kill_tree(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    """SIGTERM the process group and its descendants, then SIGKILL what is left; reap."""
+    if proc.poll() is not None and not descendants(proc.pid):
+        return
+    tree = descendants(proc.pid)
+    _send([proc.pid], signal.SIGTERM, group=True)
+    _send(tree, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        alive = [p for p in tree if _alive(p)]
+        if proc.poll() is not None and not alive:
+            break
+        time.sleep(0.05)
+    _send([proc.pid], signal.SIGKILL, group=True)
+    _send([*tree, *descendants(proc.pid)], signal.SIGKILL)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:  # pragma: no cover - a D-state process; nothing else to do
+        pass
 
 
 def _die_with_parent() -> None:
@@ -121,26 +114,28 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
+def read_tail(path: str, lines: int) -> str:
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
 class LocalProcess:
     """A long-running process (e.g. the served model) with its output in a log file."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], log_path: str) -> None:
         self.proc = proc
+        self.pid = proc.pid
         self.log_path = log_path
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
+        self.notes: list[str] = []
 
     def poll(self) -> int | None:
         return self.proc.poll()
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.rstrip().splitlines()[-lines:])
+        return read_tail(self.log_path, lines)
 
     def stop(self, grace_s: float = 5.0) -> None:
         kill_tree(self.proc, grace_s)
@@ -151,16 +146,16 @@ class LocalProcess:
 
 
 class LocalHost:
-    name = "local"
     address = "local"
+    is_local = True
 
     def run(
         self,
         argv: Sequence[str],
         *,
-        cwd: Path,
-        env: Mapping[str, str],
-        timeout_s: float,
+        cwd: str | Path | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float = 60.0,
         log_path: Path | None = None,
     ) -> CommandResult:
         """Run to completion; on timeout or Ctrl-C the whole process tree is killed."""
@@ -168,7 +163,7 @@ class LocalHost:
         proc = subprocess.Popen(
             list(argv),
             cwd=cwd,
-            env=dict(env),
+            env={**os.environ, **(env or {})},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -193,18 +188,61 @@ class LocalHost:
         return CommandResult(code, text, time.monotonic() - start, timed_out)
 
     def spawn(
-        self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], log_path: Path
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | Path,
+        env: Mapping[str, str],
+        log_path: str | Path,
     ) -> LocalProcess:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 list(argv),
                 cwd=cwd,
-                env=dict(env),
+                env={**os.environ, **env},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
-        return LocalProcess(proc, log_path)
+        return LocalProcess(proc, str(log_path))
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_bytes(data)
+        tmp.chmod(mode)
+        tmp.replace(target)
+
+    def read_text(self, path: str) -> str | None:
+        try:
+            return Path(path).expanduser().read_text(errors="replace")
+        except OSError:
+            return None
+
+    def home(self) -> str:
+        return str(Path.home())
+
+    def cache_dir(self) -> str:
+        return str(cache_dir())
+
+    def free_port(self) -> int:
+        return free_port()
+
+    def port_in_use(self, port: int) -> bool:
+        return port_in_use(port)
+
+    def descendants(self, pid: int) -> list[int]:
+        return descendants(pid)
+
+    def alive(self, pids: Sequence[int]) -> list[int]:
+        return [p for p in pids if _alive(p)]
+
+    def signal(self, pids: Sequence[int], signame: str, group: bool = False) -> None:
+        _send(pids, signal.Signals[f"SIG{signame}"], group)
+
+    def close(self) -> None:
+        return None

@@ -129,3 +129,16 @@ class Step(Base):
     n_launches: Mapped[int] = mapped_column(Integer, default=0)
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class ProbeRun(Base):
+    """One run of a probe (env-propagation, hardware): its whole result, with the host's
+    snapshot at that moment."""
+
+    __tablename__ = "probe_runs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), index=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id"))
+    snapshot_id: Mapped[int | None] = mapped_column(ForeignKey("env_snapshots.id"), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    result: Mapped[dict[str, Any]] = mapped_column(JSON)

@@ -22,6 +22,7 @@ from perfbisect.store.models import (
     EnvSnapshot,
     Host,
     Launch,
+    ProbeRun,
     Sample,
     SessionRow,
     Step,
@@ -285,3 +286,23 @@ def reset_session(store: Store, session_id: int) -> None:
             )
         row.status = RESET
         row.updated_at = utcnow()
+
+
+def record_probe(
+    store: Store,
+    kind: str,
+    host_name: str,
+    host_address: str,
+    snapshot: Mapping[str, Any] | None,
+    result: Mapping[str, Any],
+) -> int:
+    """Store one probe run (the caller has redacted secrets) in one transaction."""
+    with store.transaction() as db:
+        host = _host(db, host_name, host_address)
+        snap = _snapshot(db, host, snapshot) if snapshot is not None else None
+        row = ProbeRun(
+            kind=kind, host_id=host.id, snapshot_id=snap.id if snap else None, result=dict(result)
+        )
+        db.add(row)
+        db.flush()
+        return row.id

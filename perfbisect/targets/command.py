@@ -2,34 +2,39 @@
 
 Placeholders (``{port}``, ``{worktree}``, ``{commit}``, every axis name) are substituted with
 shell-quoted values, so an axis value can never inject shell syntax; other braces in the
-command (awk programs, JSON) are left alone.
+command (awk programs, JSON) are left alone. Every stage runs through the experiment's host
+(``[host]``), and ``serve`` is started by the configuration's launch method.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import time
-import urllib.error
-import urllib.request
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from perfbisect import __version__
 from perfbisect.bisect.stats import instability_flags
 from perfbisect.config import COMMIT_AXIS, Configuration
 from perfbisect.errors import StepFailed
 from perfbisect.experiment import Experiment
-from perfbisect.hosts.local import LocalHost, LocalProcess, free_port, port_in_use
-from perfbisect.probes.environment import basic_snapshot
-from perfbisect.redact import redact_text
+from perfbisect.hosts.base import Host, HostProcess
+from perfbisect.hosts.registry import open_experiment_host
+from perfbisect.launch.base import LaunchSpec, launch_options, make_launcher
+from perfbisect.probes.hardware import gpu_memory_used, hardware_snapshot
+from perfbisect.redact import redact_env, redact_text
 from perfbisect.targets.base import BuildInfo, Measurement
 from perfbisect.targets.gitrepo import GitRepo
+from perfbisect.targets.readiness import wait_ready
+from perfbisect.targets.sync import sync_tree
 
 PLACEHOLDER = re.compile(r"\{([a-z][a-z0-9_]*)\}")
 SHELL = "/bin/sh"
+GPU_MEMORY_SLACK_MIB = 256  # what another tenant's small allocation may add meanwhile
 
 
 def substitute(command: str, values: Mapping[str, str], quote: bool = True) -> str:
@@ -54,94 +59,78 @@ def parse_samples(output: str, pattern: re.Pattern[str]) -> list[float]:
     return samples
 
 
-def wait_ready(url: str, process: LocalProcess | None, timeout_s: float) -> float:
-    """Poll ``url`` until it answers 200; fail fast if the served process dies."""
-    start = time.monotonic()
-    deadline = start + timeout_s
-    last = "no answer"
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise StepFailed(
-                "serve",
-                f"server exited with code {process.poll()} before it was "
-                f"ready; log tail:\n{process.log_tail(10)}",
-            )
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return time.monotonic() - start
-                last = f"HTTP {response.status}"
-        except urllib.error.HTTPError as exc:
-            last = f"HTTP {exc.code}"
-        except (urllib.error.URLError, OSError) as exc:
-            last = str(getattr(exc, "reason", exc))
-        time.sleep(0.2)
-    raise StepFailed("ready", f"{url} did not answer 200 within {timeout_s:.0f}s (last: {last})")
-
-
 class CommandTarget:
-    def __init__(self, experiment: Experiment, cache_dir: Path, host: LocalHost | None = None):
+    def __init__(self, experiment: Experiment, cache_dir: Path, host: Host | None = None):
         self.experiment = experiment
         self.options = experiment.target.options
-        self.host = host or LocalHost()
+        self.host = host or open_experiment_host(experiment)
         self.worktree_root = cache_dir / "worktrees"
         self.repo = GitRepo(experiment.target.repo) if experiment.target.repo else None
         self.pattern = experiment.metric.regex
 
+    def close(self) -> None:
+        self.host.close()
+
     # ---- environment and placeholders -------------------------------------------------------
 
-    def _values(self, config: Configuration, worktree: Path, port: int) -> dict[str, str]:
-        values = {"port": str(port), "worktree": str(worktree)}
+    def _values(self, config: Configuration, worktree: str, port: int) -> dict[str, str]:
+        values = {"port": str(port), "worktree": worktree}
         values.update(config.as_dict())
         values.setdefault(COMMIT_AXIS, "")
         return values
 
-    def _env(self, values: Mapping[str, str]) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(self.experiment.env)
-        for name, value in values.items():
-            env[f"PERFBISECT_{name.upper()}"] = value
-        return env
+    @staticmethod
+    def _plain_env(values: Mapping[str, str]) -> dict[str, str]:
+        return {f"PERFBISECT_{name.upper()}": value for name, value in values.items()}
 
-    def _worktree(self, config: Configuration) -> Path:
+    def _local_tree(self, config: Configuration) -> Path:
         sha = config.get(COMMIT_AXIS)
         if self.repo is None or sha is None:
             return self.experiment.directory
         return self.repo.worktree(sha, self.worktree_root)
 
+    def _worktree(self, config: Configuration) -> str:
+        """The configuration's source tree on the host (copied there for a remote host)."""
+        local = self._local_tree(config)
+        if self.host.is_local:
+            return str(local)
+        return sync_tree(self.host, local)
+
+    def _method(self, config: Configuration) -> str:
+        return config.get("launch") or self.experiment.launch.method
+
     def describe(self, config: Configuration) -> dict[str, Any]:
-        """The commands one launch of ``config`` would run (for --dry-run and the log)."""
-        worktree = self._worktree_path_hint(config)
+        """The commands one launch of ``config`` would run (for the log and --dry-run)."""
+        sha = config.get(COMMIT_AXIS)
+        worktree = (
+            f"<worktree of {sha[:12]}>" if self.repo and sha else str(self.experiment.directory)
+        )
         values = self._values(config, worktree, 0)
         values["port"] = "{port}"
-        return {
+        described: dict[str, Any] = {
             stage: substitute(self.options[stage], values)
             for stage in ("build", "serve", "ready", "measure")
             if stage in self.options
         }
-
-    def _worktree_path_hint(self, config: Configuration) -> Path:
-        sha = config.get(COMMIT_AXIS)
-        return (
-            self.worktree_root / (sha[:16] if sha else "")
-            if self.repo
-            else self.experiment.directory
-        )
+        described["host"] = self.host.address
+        described["launch"] = self._method(config)
+        return described
 
     # ---- stages -----------------------------------------------------------------------------
 
     def _build(
-        self, worktree: Path, values: Mapping[str, str], env: Mapping[str, str], log_dir: Path
+        self, worktree: str, values: Mapping[str, str], env: Mapping[str, str], log_dir: Path
     ) -> BuildInfo:
         command = self.options.get("build")
         if not command:
             return BuildInfo("none", True, 0.0)
         argv_text = substitute(command, values)
-        marker = worktree.parent / f"{worktree.name}.build.json"
-        if marker.exists():
+        marker = f"{worktree}.build.json"
+        cached_text = self.host.read_text(marker)
+        if cached_text:
             try:
-                cached = json.loads(marker.read_text())
-            except (OSError, ValueError):
+                cached = json.loads(cached_text)
+            except ValueError:
                 cached = {}
             if cached.get("command") == argv_text:
                 info = BuildInfo(cached["status"], True, 0.0, cached.get("log_tail", ""))
@@ -156,53 +145,95 @@ class CommandTarget:
             log_path=log_dir / "build.log",
         )
         tail = redact_text(result.tail(15), env)
-        ok = result.returncode == 0 and not result.timed_out
-        if worktree != self.experiment.directory:
-            marker.write_text(
-                json.dumps(
-                    {"command": argv_text, "status": "ok" if ok else "failed", "log_tail": tail}
-                )
-            )
+        ok = result.ok
+        if worktree != str(self.experiment.directory):
+            status = "ok" if ok else "failed"
+            record = {"command": argv_text, "status": status, "log_tail": tail}
+            self.host.write_file(marker, json.dumps(record).encode())
         if result.timed_out:
             raise StepFailed("build", f"timed out after {self.experiment.timeout_s:.0f}s: {tail}")
         if not ok:
             raise StepFailed("build", f"exit {result.returncode}: {tail}")
         return BuildInfo("ok", False, result.duration_s, tail)
 
+    def _serve(
+        self, config: Configuration, worktree: str, values: Mapping[str, str], logs: Path
+    ) -> HostProcess:
+        tag = uuid.uuid4().hex[:10]
+        log_path = (
+            str(logs / "serve.log")
+            if self.host.is_local
+            else f"{self.host.cache_dir()}/logs/{tag}/serve.log"
+        )
+        spec = LaunchSpec(
+            command=substitute(self.options["serve"], values),
+            cwd=worktree,
+            log_path=log_path,
+            tag=tag,
+            tuning_env=dict(self.experiment.env),
+            plain_env=self._plain_env(values),
+        )
+        launcher = make_launcher(self._method(config), launch_options(self.experiment))
+        return launcher.start(self.host, spec)
+
+    def _teardown(self, server: HostProcess, logs: Path, port: int, gpu_before: list[int]) -> None:
+        server.stop()
+        if not self.host.is_local:
+            (logs / "serve.log").write_text(self.host.read_text(server.log_path) or "")
+        leftover = server.tree_alive()
+        if leftover:
+            raise StepFailed("teardown", f"processes survived teardown: {leftover}")
+        if self.host.port_in_use(port):
+            raise StepFailed("teardown", f"port {port} is still in use after teardown")
+        if any(gpu_before):
+            deadline = time.monotonic() + 15
+            while True:
+                after = gpu_memory_used(hardware_snapshot(self.host))
+                grown = [
+                    (i, b, a)
+                    for i, (b, a) in enumerate(zip(gpu_before, after, strict=False))
+                    if a > b + GPU_MEMORY_SLACK_MIB
+                ]
+                if not grown:
+                    break
+                if time.monotonic() > deadline:
+                    detail = ", ".join(f"GPU {i}: {b} -> {a} MiB" for i, b, a in grown)
+                    raise StepFailed("teardown", f"GPU memory was not released ({detail})")
+                time.sleep(0.5)
+
     def launch(
         self, config: Configuration, log_dir: str, on_stage: Callable[[str], None] | None = None
     ) -> Measurement:
         stage = on_stage or (lambda _name: None)
         logs = Path(log_dir)
+        logs.mkdir(parents=True, exist_ok=True)
         stage("checkout")
         worktree = self._worktree(config)
-        port = free_port()
+        port = self.host.free_port()
         values = self._values(config, worktree, port)
-        env = self._env(values)
+        env = {**self._plain_env(values), **self.experiment.env}
         timings: dict[str, float] = {}
         stage("build")
         build = self._build(worktree, values, env, logs)
         timings["build_s"] = build.duration_s
+        snapshot = hardware_snapshot(self.host)
+        gpu_before = gpu_memory_used(snapshot)
 
-        server: LocalProcess | None = None
+        server: HostProcess | None = None
+        notes: list[str] = []
         try:
             if "serve" in self.options:
                 stage("serve")
                 t0 = time.monotonic()
-                server = self.host.spawn(
-                    [SHELL, "-c", substitute(self.options["serve"], values)],
-                    cwd=worktree,
-                    env=env,
-                    log_path=logs / "serve.log",
+                server = self._serve(config, worktree, values, logs)
+                ready = self.options.get("ready")
+                wait_ready(
+                    self.host,
+                    substitute(ready, values, quote=False) if ready else None,
+                    server,
+                    self.experiment.timeout_s,
+                    secrets=env,
                 )
-                if "ready" in self.options:
-                    wait_ready(
-                        substitute(self.options["ready"], values, quote=False),
-                        server,
-                        self.experiment.timeout_s,
-                    )
-                elif server.poll() is not None:
-                    raise StepFailed("serve", f"server exited with code {server.poll()}")
                 timings["ready_s"] = time.monotonic() - t0
             stage("measure")
             result = self.host.run(
@@ -230,17 +261,21 @@ class CommandTarget:
                 )
         finally:
             if server is not None:
-                server.stop()
-                leftover = server.tree_alive()
-                if leftover:  # pragma: no cover - kill_tree escalates to SIGKILL
-                    raise StepFailed("teardown", f"processes survived teardown: {leftover}")
-        if "serve" in self.options and port_in_use(port):
-            raise StepFailed("teardown", f"port {port} is still in use after teardown")
+                notes = list(server.notes)
+                self._teardown(server, logs, port, gpu_before)
+        snapshot.update(
+            {
+                "address": self.host.address,
+                "perfbisect": __version__,
+                "env": redact_env(dict(self.experiment.env)),
+                "launch": {"method": self._method(config), "notes": notes},
+            }
+        )
         return Measurement(
             samples=samples,
             timings=timings,
             log_path=str(logs),
             flags=instability_flags(samples),
             build=build,
-            snapshot=basic_snapshot(self.experiment.env),
+            snapshot=snapshot,
         )

@@ -1,0 +1,145 @@
+"""What every host offers: commands to completion, long-running processes, files, ports.
+
+A host is *where* things run (the controller itself, or a GPU node over ssh); how a server is
+started there (direct, tmux, ssh, sitecustomize) is a launcher's business (``perfbisect.launch``).
+Every method takes argument lists; a host that must go through a shell quotes them with
+``shlex``, so no value is ever pasted into shell syntax.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    returncode: int
+    output: str
+    duration_s: float
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def tail(self, lines: int = 20) -> str:
+        return "\n".join(self.output.rstrip().splitlines()[-lines:])
+
+
+class HostProcess(Protocol):
+    """A long-running process tree on a host (the served model), with its output in a log."""
+
+    pid: int
+    log_path: str
+    notes: list[str]  # what the launcher wants recorded with the measurement
+
+    def poll(self) -> int | None: ...
+
+    def log_tail(self, lines: int = 20) -> str: ...
+
+    def stop(self, grace_s: float = 5.0) -> None: ...
+
+    def tree_alive(self) -> list[int]: ...
+
+
+class Host(Protocol):
+    address: str
+    is_local: bool
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float = 60.0,
+        log_path: Path | None = None,
+    ) -> CommandResult:
+        """Run to completion with ``env`` added to the host's environment; stdout and stderr
+        merged; on timeout the command's process tree is killed. ``log_path`` is local."""
+        ...
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        log_path: str,
+    ) -> HostProcess:
+        """Start in its own process group (session); output to ``log_path`` on the host."""
+        ...
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None: ...
+
+    def read_text(self, path: str) -> str | None:
+        """The file's text, or None when it does not exist or cannot be read."""
+        ...
+
+    def home(self) -> str: ...
+
+    def cache_dir(self) -> str:
+        """perfbisect's working directory on the host (worktrees, logs, probe files)."""
+        ...
+
+    def free_port(self) -> int: ...
+
+    def port_in_use(self, port: int) -> bool: ...
+
+    def descendants(self, pid: int) -> list[int]: ...
+
+    def alive(self, pids: Sequence[int]) -> list[int]: ...
+
+    def signal(self, pids: Sequence[int], signame: str, group: bool = False) -> None:
+        """Send ``SIGTERM``/``SIGKILL``/... to pids (to their process groups with ``group``)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def shell_line(argv: Sequence[str], cwd: str | None, env: Mapping[str, str] | None) -> str:
+    """``cd CWD && exec env K=V ... ARGV`` with every part quoted (for hosts reached by ssh)."""
+    parts = []
+    if cwd:
+        parts.append(f"cd {shlex.quote(cwd)} &&")
+    parts.append("exec")
+    if env:
+        parts.append("env")
+        parts.extend(shlex.quote(f"{k}={v}") for k, v in env.items())
+    parts.append(shlex.join(argv))
+    return " ".join(parts)
+
+
+def tree_of(pid: int, parents: Mapping[int, int]) -> list[int]:
+    """Descendants of ``pid`` given a pid -> parent pid table (from /proc or ``ps``)."""
+    children: dict[int, list[int]] = {}
+    for child, parent in parents.items():
+        children.setdefault(parent, []).append(child)
+    found: list[int] = []
+    stack = [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def stop_tree(host: Host, pid: int, grace_s: float) -> None:
+    """SIGTERM the process group ``pid`` leads and every descendant (also those that left the
+    group with setsid), wait up to ``grace_s``, then SIGKILL whatever is left."""
+    tree = host.descendants(pid)
+    host.signal([pid], "TERM", group=True)
+    host.signal(tree, "TERM")
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not host.alive([pid, *tree]):
+            break
+        time.sleep(0.1)
+    rest = [*tree, *host.descendants(pid)]
+    host.signal([pid], "KILL", group=True)
+    host.signal(rest, "KILL")

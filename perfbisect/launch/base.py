@@ -1,0 +1,90 @@
+"""The launch protocol: a spec of what to start, and the methods that start it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol
+
+from perfbisect.errors import UsageError
+from perfbisect.experiment import Experiment
+from perfbisect.hosts.base import Host, HostProcess
+
+
+class Method(str, Enum):
+    DIRECT = "direct"
+    TMUX = "tmux"
+    SSH = "ssh"
+    SITECUSTOMIZE = "sitecustomize"
+
+    @classmethod
+    def parse(cls, text: str) -> Method:
+        try:
+            return cls(text.strip())
+        except ValueError:
+            known = ", ".join(m.value for m in cls)
+            raise UsageError(f"unknown launch method {text!r} (known: {known})") from None
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to start. ``tuning_env`` is the experiment's ``[env]``, delivered the method's way;
+    ``plain_env`` (perfbisect's own ``PERFBISECT_*`` values) is set on the command for every
+    method, because it carries placeholders, not tuning."""
+
+    command: str  # shell text, placeholders already substituted and quoted
+    cwd: str
+    log_path: str  # on the host
+    tag: str  # short unique name (tmux session, generated directories)
+    tuning_env: Mapping[str, str] = field(default_factory=dict)
+    plain_env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """Method settings from the experiment's ``[launch]`` table or the probe's flags."""
+
+    ssh_address: str = "ssh://localhost"  # where the ssh method goes from the local host
+    python: str = "python3"  # the Python the sitecustomize check runs
+    ssh_config: str | None = None
+    known_hosts: str | None = None
+    accept_new_host_key: bool = False
+
+
+class Launcher(Protocol):
+    method: Method
+
+    def start(self, host: Host, spec: LaunchSpec) -> HostProcess:
+        """Start ``spec`` on ``host``; raises ``StepFailed`` when it cannot be started."""
+        ...
+
+
+def make_launcher(method: Method | str, options: LaunchOptions | None = None) -> Launcher:
+    method = method if isinstance(method, Method) else Method.parse(method)
+    options = options or LaunchOptions()
+    if method is Method.DIRECT:
+        from perfbisect.launch.direct import DirectLauncher
+
+        return DirectLauncher()
+    if method is Method.TMUX:
+        from perfbisect.launch.tmux import TmuxLauncher
+
+        return TmuxLauncher()
+    if method is Method.SSH:
+        from perfbisect.launch.ssh import SshLauncher
+
+        return SshLauncher(options)
+    from perfbisect.launch.sitecustomize import SitecustomizeLauncher
+
+    return SitecustomizeLauncher(options)
+
+
+def launch_options(experiment: Experiment) -> LaunchOptions:
+    return LaunchOptions(
+        ssh_address=experiment.launch.ssh_address,
+        python=experiment.launch.python,
+        ssh_config=experiment.host.ssh_config,
+        known_hosts=experiment.host.known_hosts,
+        accept_new_host_key=experiment.host.accept_new_host_key,
+    )
