@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from perfbisect.cli import bisect_cmd, demo_cmd, query_cmd
+from perfbisect.cli import bisect_cmd, demo_cmd, probe_cmd, query_cmd
 from perfbisect.cli.context import Context
 
 app = typer.Typer(
@@ -18,6 +18,7 @@ app = typer.Typer(
 )
 app.add_typer(bisect_cmd.app, name="bisect")
 app.add_typer(query_cmd.app, name="query")
+app.add_typer(probe_cmd.app, name="probe")
 app.command("demo")(demo_cmd.demo)
 
 

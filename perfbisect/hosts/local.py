@@ -160,16 +160,20 @@ class LocalHost:
     ) -> CommandResult:
         """Run to completion; on timeout or Ctrl-C the whole process tree is killed."""
         start = time.monotonic()
-        proc = subprocess.Popen(
-            list(argv),
-            cwd=cwd,
-            env={**os.environ, **(env or {})},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
+        try:
+            proc = subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env={**os.environ, **(env or {})},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        except OSError as exc:  # as a shell reports it: 127 = not found, 126 = not executable
+            code = 127 if isinstance(exc, FileNotFoundError) else 126
+            return CommandResult(code, f"{argv[0]}: {exc.strerror}", time.monotonic() - start)
         timed_out = False
         try:
             out, _ = proc.communicate(timeout=timeout_s)

@@ -238,8 +238,8 @@ class SshHost:
 
     def run_shell(self, script: str, *, timeout_s: float = 60.0) -> CommandResult:
         """Run shell text through the remote login shell, exactly as ``ssh host 'script'``."""
-        from invoke.exceptions import CommandTimedOut
         import paramiko
+        from invoke.exceptions import CommandTimedOut
 
         conn = self.connection()
         start = time.monotonic()

@@ -117,7 +117,8 @@ class TmuxLauncher:
                 for name, value in {**spec.plain_env, **spec.tuning_env}.items()
             ]
             lines.append(
-                f" cd {shlex.quote(spec.cwd)} && {{ {spec.command} ; }} > "
+                # A subshell, so that an `exit` in the command ends it, not the pane's shell.
+                f" ( cd {shlex.quote(spec.cwd)} && {spec.command} ) > "
                 f"{shlex.quote(spec.log_path)} 2>&1; echo $? > {shlex.quote(process.exit_path)}"
             )
             for line in lines:
