@@ -40,7 +40,29 @@ TARGET_SCHEMAS: dict[str, _Schema] = {
         "measure": ((str,), True),
         "timeout_s": (_NUMBER, False),
     },
+    # The embedded reference server (perfbisect/targets/reference/server.py, or the server.py
+    # of the commit when ``repo`` is set, as in the demo).
+    "reference": {
+        "kind": ((str,), True),
+        "repo": ((str,), False),
+        "tp": ((int,), False),
+        "device": ((str,), False),
+        "layers": ((int,), False),
+        "hidden": ((int,), False),
+        "heads": ((int,), False),
+        "draft_tokens": ((int,), False),
+        "max_seq": ((int,), False),
+        "threads": ((int,), False),
+        "server_args": ((list,), False),
+        "python": ((str,), False),
+        "cycles": ((int,), False),
+        "warmup": ((int,), False),
+        "prompt": ((int,), False),
+        "timeout_s": (_NUMBER, False),
+    },
 }
+# Kinds whose samples do not come from a user pattern: [metric] may be left out.
+DEFAULT_METRICS = {"reference": ("verify_ms", r"verify_ms=([0-9.]+)")}
 METRIC_SCHEMA: _Schema = {
     "name": ((str,), True),
     "pattern": ((str,), True),
@@ -255,7 +277,12 @@ def parse_experiment(doc: Mapping[str, Any], path: Path, text: str) -> Experimen
         if not repo.is_dir():
             raise check.fail(("target",), "repo", f"directory {repo} does not exist")
 
-    metric_table = check.table(doc, ("metric",), required=True)
+    if kind == "reference" and target.get("device", "cpu") not in ("cpu", "cuda"):
+        raise check.fail(("target",), "device", "must be 'cpu' or 'cuda'")
+    default_metric = DEFAULT_METRICS.get(kind)
+    metric_table = check.table(doc, ("metric",), required=default_metric is None)
+    if default_metric and not metric_table:
+        metric_table = {"name": default_metric[0], "pattern": default_metric[1]}
     check.check(metric_table, ("metric",), METRIC_SCHEMA)
     try:
         compiled = re.compile(metric_table["pattern"])

@@ -165,3 +165,29 @@ def ssh_server() -> Iterator[sshd_fixture.SshServer]:
         yield server
     finally:
         sshd_fixture.stop(server)
+
+
+def _gpu_count() -> int:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no library, no driver: no GPU
+        return 0
+
+
+GPU_COUNT = _gpu_count()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """GPU tests run where an NVIDIA GPU is (the H200 machine) and are skipped elsewhere (CI)."""
+    if GPU_COUNT:
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -12,10 +12,10 @@ import pytest
 from conftest import Cli, make_repo
 from sshd_fixture import SshServer
 
+from perfbisect.config import Configuration
 from perfbisect.errors import StepFailed
 from perfbisect.experiment import load_experiment
 from perfbisect.targets.command import CommandTarget
-from perfbisect.config import Configuration
 
 METHODS = ("direct", "tmux", "ssh", "sitecustomize")
 

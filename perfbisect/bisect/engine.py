@@ -559,8 +559,12 @@ class Engine:
         for p, v in ((lo, v_lo), (hi, v_hi)):
             new = v if v is not None else Verdict.UNCLEAR
             if p in ends and new is not seg.verdicts[p]:
-                # A segment end that flips means the machine drifted (or the ends were
-                # misjudged): the threshold can no longer be trusted, so this search stops.
+                if new in (Verdict.UNCLEAR, Verdict.INTERMEDIATE):
+                    # Undecided (an outlier launch widened its interval): the end keeps the
+                    # verdict its threshold was derived from.
+                    continue
+                # A segment end judged on the other side means the machine drifted (or the
+                # ends were misjudged): the threshold can no longer be trusted; stop here.
                 flipped = p
                 continue
             self._set_verdict(p, new, seg)

@@ -9,14 +9,28 @@ import typer
 from perfbisect.cli.context import Context, emit_json
 
 
+def _gpu_count() -> int:
+    from perfbisect.hosts.local import LocalHost
+    from perfbisect.probes.hardware import hardware_snapshot
+
+    return len(hardware_snapshot(LocalHost()).get("gpus", []))
+
+
 def demo(
     ctx: typer.Context,
     directory: Path | None = typer.Option(
         None, "--dir", help="Where to create it (default: a new temp dir)."
     ),
+    gpu: bool = typer.Option(
+        False, "--gpu", help="Run on GPUs: the planted commit takes verify out of CUDA graphs."
+    ),
+    tp: int | None = typer.Option(
+        None, "--tp", help="Tensor-parallel ranks (default 2; with --gpu, up to 2 GPUs)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
-    """Create a demo repository with ~30 commits and one planted regression, then bisect it."""
+    """Create a copy of the reference server with ~30 commits and one planted regression,
+    then bisect it (about 2 minutes on 2 CPU cores)."""
     import tempfile
 
     from perfbisect.bisect.session import SearchOptions, outcome_exit_code, start
@@ -25,7 +39,13 @@ def demo(
     from perfbisect.store.database import open_store
 
     root = directory or Path(tempfile.mkdtemp(prefix="perfbisect-demo-"))
-    made = create_demo(root.resolve())
+    if tp is None:
+        tp = min(2, _gpu_count()) if gpu else 2
+    if tp < 1:
+        from perfbisect.errors import UsageError
+
+        raise UsageError("--gpu: no NVIDIA GPU found" if gpu else "--tp must be at least 1")
+    made = create_demo(root.resolve(), gpu=gpu, tp=tp)
     obj = ctx.find_root().obj
     assert isinstance(obj, Context)
     # The demo keeps its own history next to the repository unless --db names one.

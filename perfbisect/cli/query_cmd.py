@@ -123,7 +123,9 @@ def _launch_summary(store: Any, launch_id: int) -> dict[str, Any]:
             max=ordered[-1],
             p10=ordered[int(0.1 * (len(ordered) - 1))],
             p90=ordered[int(0.9 * (len(ordered) - 1))],
-            flags=instability_flags(samples),
+            # What the target noted at the time (graph fraction, accept length, ...) and
+            # the instability warnings recomputed from the samples.
+            flags=list(dict.fromkeys([*view.flags, *instability_flags(samples)])),
         )
     return {"launch": view.as_json(), "stats": stats, "samples": samples, "snapshot": snapshot}
 

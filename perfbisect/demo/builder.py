@@ -1,10 +1,11 @@
 """`perfbisect demo`: a throwaway repository with a plausible history and one planted regression.
 
-The repository holds a small speculative-decoding stand-in (``server.py`` + ``bench.py``); about
-30 commits refactor, log, comment and tweak it, and one of them makes verify recompute the whole
-prefix instead of using the KV cache (the regression mechanism, measured for real). The
-experiment file uses the generic ``command`` target, so the demo runs the same pipeline as any
-user experiment.
+The repository holds a copy of the reference server (``perfbisect/targets/reference/server.py``:
+an HTTP front, one worker per tensor-parallel rank, a draft proposer and the verify forward);
+about 30 commits refactor, log, comment and tweak it, and one of them plants the regression:
+on CPU verify recomputes the whole prefix instead of using the KV cache, on GPU (``--gpu``)
+verify runs eagerly instead of replaying its CUDA graph. The experiment uses the ``reference``
+target, so the demo runs the same pipeline as any user experiment, measured for real.
 """
 
 from __future__ import annotations
@@ -15,23 +16,41 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-TEMPLATE = Path(__file__).with_name("template")
-PLANTED_SUBJECT = "verify: run the whole sequence through the layer for consistency"
+from perfbisect.targets.reference.target import SERVER
 
-EXPERIMENT = """\
-# perfbisect demo experiment: the generic command target on a tiny speculative server.
+PLANTED_CPU = "verify: run the whole sequence through the layer for consistency"
+PLANTED_GPU = "verify: run eagerly so accept-length debugging sees every op"
+
+EXPERIMENT_CPU = """\
+# perfbisect demo: the reference speculative server at TP={tp} on CPU (gloo).
 [target]
-kind = "command"
+kind = "reference"
 repo = "repo"
-serve = "python3 server.py --port {port}"
-ready = "http://127.0.0.1:{port}/health"
-measure = "python3 bench.py --port {port} --cycles 40"
-timeout_s = 120
+tp = {tp}
+device = "cpu"
+hidden = 512
+max_seq = 1024
+prompt = 384
+cycles = 16
+warmup = 2
+timeout_s = 300
+"""
 
-[metric]
-name = "verify_ms"
-pattern = 'verify_ms=([0-9.]+)'
-higher_is_better = false
+EXPERIMENT_GPU = """\
+# perfbisect demo: the reference speculative server at TP={tp} on GPUs (NCCL, CUDA graphs).
+[target]
+kind = "reference"
+repo = "repo"
+tp = {tp}
+device = "cuda"
+layers = 16
+hidden = 4096
+heads = 32
+max_seq = 1024
+prompt = 256
+cycles = 40
+warmup = 5
+timeout_s = 600
 """
 
 Edit = Callable[[dict[str, str]], None]
@@ -54,148 +73,165 @@ def _replace(name: str, old: str, new: str) -> Edit:
 
 def _append(name: str, text: str) -> Edit:
     def edit(files: dict[str, str]) -> None:
-        files[name] = files[name] + text
+        files[name] = files.get(name, "") + text
 
     return edit
 
 
-def _new_file(name: str, text: str) -> Edit:
-    def edit(files: dict[str, str]) -> None:
-        files[name] = text
-
-    return edit
-
-
-def history() -> list[Change]:
+def history(gpu: bool) -> list[Change]:
     """The commits after the initial import; exactly one is the planted regression."""
     s = "server.py"
-    return [
-        Change("docs: add a README", _new_file("README.md", "# tiny speculative server\n")),
+    planted = (
         Change(
-            "server: log requests at debug level",
+            PLANTED_GPU,
             _replace(
                 s,
-                "# @@LOGGING@@",
-                "import logging\n\nLOG = logging.getLogger('server')\n# @@LOGGING@@",
+                'choices=["graph", "eager"], default="graph")',
+                'choices=["graph", "eager"], default="eager")',
             ),
-        ),
-        Change(
-            "config: document the draft token count",
+        )
+        if gpu
+        else Change(
+            PLANTED_CPU,
             _replace(
-                s, '    "draft_tokens": 4,', '    "draft_tokens": 4,  # tokens proposed per cycle'
+                s,
+                'choices=["cache", "prefix"], default="cache")',
+                'choices=["cache", "prefix"], default="prefix")',
+            ),
+        )
+    )
+    return [
+        Change("docs: add a README", _append("README.md", "# reference speculative server\n")),
+        Change(
+            "server: wait longer for slow ranks",
+            _replace(s, "READY_TIMEOUT_S = 600.0", "READY_TIMEOUT_S = 900.0"),
+        ),
+        Change(
+            "docs: explain the draft proposer",
+            _replace(
+                s,
+                "(no communication).",
+                "(no communication).\n        Replicated on every rank, like EAGLE's draft head.",
             ),
         ),
         Change(
-            "bench: comment on warm-up cycles",
-            _append("bench.py", "# warm-up cycles are dropped above\n"),
+            "bench: one warm-up request fewer",
+            _replace(s, '"--warmup", type=int, default=5)', '"--warmup", type=int, default=4)'),
         ),
         Change(
-            "server: name the layer weights",
-            _replace(s, "WEIGHTS = [[", "WEIGHTS = [[  # fixed pseudo-random weights\n"),
+            "refactor: comment the all-reduce helper",
+            _replace(
+                s,
+                "    def all_reduce(self, x):",
+                "    # Row-parallel outputs are partial sums: every rank adds the others'.\n"
+                "    def all_reduce(self, x):",
+            ),
         ),
+        Change("docs: start a changelog", _append("CHANGELOG.md", "## 0.3.0\n- first import\n")),
         Change(
-            "docs: explain /generate",
-            _append("README.md", "\n`/generate?cycles=N` runs N speculative cycles.\n"),
-        ),
-        Change(
-            "config: tweak prefix length", _replace(s, '    "prefix": 32,', '    "prefix": 36,')
+            "config: document --threads",
+            _replace(
+                s, 'help="torch threads per rank")', 'help="torch threads per rank (1 is best)")'
+            ),
         ),
         Change(
             "server: add a version string",
-            _replace(s, "CONFIG = {", "VERSION = '0.1.1'\n\nCONFIG = {"),
-        ),
-        Change(
-            "refactor: extract the draft proposer",
             _replace(
-                s,
-                'def cycle(cache, step):\n    draft = [[((step + t + k) % 7) / 7.0 for k in range(CONFIG["hidden"])]\n             for t in range(CONFIG["draft_tokens"])]',
-                'def propose(step):\n    return [[((step + t + k) % 7) / 7.0 for k in range(CONFIG["hidden"])]\n            for t in range(CONFIG["draft_tokens"])]\n\n\ndef cycle(cache, step):\n    draft = propose(step)',
+                s, "REQUEST_TIMEOUT_S = 600.0", 'REQUEST_TIMEOUT_S = 600.0\nVERSION = "0.3.0"'
             ),
         ),
         Change(
-            "docs: mention the health endpoint",
-            _append("README.md", "`/health` answers once the server is up.\n"),
-        ),
-        Change("server: bump version", _replace(s, "VERSION = '0.1.1'", "VERSION = '0.1.2'")),
-        Change(
-            "bench: accept --cycles",
-            _append("bench.py", "# usage: bench.py --port P [--cycles N]\n"),
-        ),
-        Change(
-            "server: comment the handler",
+            "refactor: name the accept loop",
             _replace(
                 s,
-                "class Handler(BaseHTTPRequestHandler):",
-                'class Handler(BaseHTTPRequestHandler):\n    """JSON endpoints only."""\n',
+                "            accepted = 0\n",
+                "            accepted = 0  # longest agreeing prefix\n",
             ),
         ),
         Change(
-            "config: add a seed field",
-            _replace(s, '    "prefix": 36,', '    "prefix": 36,\n    "seed": 0,'),
+            "server: print the version when ready",
+            _replace(s, 'f"reference server ready: tp=', 'f"reference server {VERSION} ready: tp='),
         ),
+        Change("docs: usage", _append("README.md", "\n`python server.py serve --tp 2 --port P`\n")),
+        Change("server: bump version", _replace(s, 'VERSION = "0.3.0"', 'VERSION = "0.3.1"')),
         Change(
-            "refactor: return early on unknown paths",
+            "refactor: comment the handler",
             _replace(
                 s,
-                "        else:\n            self._reply(404",
-                "        else:  # unknown path\n            self._reply(404",
+                "        def do_GET(self) -> None:\n",
+                "        def do_GET(self) -> None:\n"
+                '            """/health and /generate; JSON bodies."""\n',
             ),
         ),
         Change(
-            "docs: changelog for 0.1.2",
-            _new_file("CHANGELOG.md", "## 0.1.2\n- draft proposer extracted\n"),
+            "config: longer request timeout",
+            _replace(s, "REQUEST_TIMEOUT_S = 600.0", "REQUEST_TIMEOUT_S = 900.0"),
         ),
+        Change(
+            "server: flush the failure message",
+            _replace(
+                s,
+                'print(f"error: {front.failure}", file=sys.stderr)',
+                'print(f"error: {front.failure}", file=sys.stderr, flush=True)',
+            ),
+        ),
+        Change("docs: changelog for 0.3.1", _append("CHANGELOG.md", "## 0.3.1\n- version\n")),
         Change(
             "server: keep timings as floats",
-            _replace(
-                s,
-                "    return (time.perf_counter_ns() - start) / 1e6",
-                "    return float(time.perf_counter_ns() - start) / 1e6",
-            ),
+            _replace(s, '"ms": ms, "bs": 1,', '"ms": float(ms), "bs": 1,'),
         ),
-        Change("server: bump version", _replace(s, "VERSION = '0.1.2'", "VERSION = '0.1.3'")),
-        Change(
-            PLANTED_SUBJECT,
-            _replace(
-                s,
-                "    tokens = draft  # @@VERIFY_INPUT@@",
-                "    tokens = cache + draft  # @@VERIFY_INPUT@@",
-            ),
-        ),
+        Change("server: bump version", _replace(s, 'VERSION = "0.3.1"', 'VERSION = "0.3.2"')),
+        planted,
         Change(
             "docs: note on the KV cache", _append("README.md", "The prefix lives in a KV cache.\n")
         ),
         Change(
-            "server: debug log on start",
-            _replace(s, "def main():\n", "def main():\n    LOG.debug('starting %s', VERSION)\n"),
-        ),
-        Change(
-            "config: comment on hidden size",
-            _replace(s, '    "hidden": 48,', '    "hidden": 48,  # model width'),
-        ),
-        Change("bench: print the cycle count", _append("bench.py", "print(f'cycles={cycles}')\n")),
-        Change("docs: changelog for 0.1.3", _append("CHANGELOG.md", "## 0.1.3\n- logging\n")),
-        Change("server: bump version", _replace(s, "VERSION = '0.1.3'", "VERSION = '0.1.4'")),
-        Change(
-            "refactor: name the reply helper argument",
+            "server: comment on the position table",
             _replace(
                 s,
-                "    def _reply(self, code, body):",
-                "    def _reply(self, code, body):  # body: JSON-able",
+                "        self.pos_table = ",
+                "        # small, so positions nudge rather than dominate\n        self.pos_table = ",
             ),
         ),
         Change(
-            "docs: how to run the bench", _append("README.md", "Run `python bench.py --port P`.\n")
-        ),
-        Change(
-            "server: comment on threading",
+            "config: note the head constraint",
             _replace(
                 s,
-                "    ThreadingHTTPServer((",
-                "    # one thread per request; /generate is CPU bound anyway\n    ThreadingHTTPServer((",
+                '"--heads", type=int, default=4)',
+                '"--heads", type=int, default=4)  # divisible by --tp',
             ),
         ),
-        Change("release 0.1.4", _append("CHANGELOG.md", "## 0.1.4\n- released\n")),
+        Change(
+            "bench: comment the warm-up",
+            _replace(
+                s,
+                "        generate(args.warmup)\n",
+                "        generate(args.warmup)  # not measured\n",
+            ),
+        ),
+        Change("docs: changelog for 0.3.2", _append("CHANGELOG.md", "## 0.3.2\n- timings\n")),
+        Change("server: bump version", _replace(s, 'VERSION = "0.3.2"', 'VERSION = "0.3.3"')),
+        Change(
+            "refactor: comment the stop message",
+            _replace(
+                s,
+                '                pipe.send(("stop",))',
+                '                pipe.send(("stop",))  # ranks leave their loop',
+            ),
+        ),
+        Change(
+            "docs: how to run the bench",
+            _append("README.md", "Run `python server.py bench --port P`.\n"),
+        ),
+        Change(
+            "server: comment on start-up order",
+            _replace(
+                s,
+                "    serving.start()  # /health answers 503 while the ranks start",
+                "    serving.start()  # /health answers 503 while the ranks start (load balancers wait)",
+            ),
+        ),
+        Change("release 0.3.3", _append("CHANGELOG.md", "## 0.3.3\n- released\n")),
     ]
 
 
@@ -225,7 +261,7 @@ class DemoRepo:
     planted: str
 
 
-def create_demo(root: Path) -> DemoRepo:
+def create_demo(root: Path, gpu: bool = False, tp: int = 2) -> DemoRepo:
     """Write the repository and experiment under ``root`` (which must not hold a demo yet)."""
     repo = root / "repo"
     if repo.exists():
@@ -233,7 +269,7 @@ def create_demo(root: Path) -> DemoRepo:
 
         raise UsageError(f"{repo} already exists: pass an empty --dir")
     repo.mkdir(parents=True)
-    files = {p.name: p.read_text() for p in sorted(TEMPLATE.glob("*.py"))}
+    files = {"server.py": SERVER.read_text()}
     _git(repo, "init", "-q", "-b", "main", when=0)
 
     def commit(subject: str, when: int) -> str:
@@ -243,14 +279,15 @@ def create_demo(root: Path) -> DemoRepo:
         _git(repo, "commit", "-q", "-m", subject, when=when)
         return _git(repo, "rev-parse", "HEAD", when=when)
 
-    good = commit("initial import of the tiny speculative server", 0)
+    good = commit("initial import of the reference speculative server", 0)
     planted = ""
-    for number, change in enumerate(history(), start=1):
+    planted_subject = PLANTED_GPU if gpu else PLANTED_CPU
+    for number, change in enumerate(history(gpu), start=1):
         change.edit(files)
         sha = commit(change.subject, number)
-        if change.subject == PLANTED_SUBJECT:
+        if change.subject == planted_subject:
             planted = sha
     bad = _git(repo, "rev-parse", "HEAD", when=0)
     experiment = root / "perfbisect.toml"
-    experiment.write_text(EXPERIMENT)
+    experiment.write_text((EXPERIMENT_GPU if gpu else EXPERIMENT_CPU).format(tp=tp))
     return DemoRepo(root, repo, experiment, good, bad, planted)

@@ -9,6 +9,7 @@ command (awk programs, JSON) are left alone. Every stage runs through the experi
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import time
@@ -33,6 +34,9 @@ from perfbisect.targets.readiness import wait_ready
 from perfbisect.targets.sync import sync_tree
 
 PLACEHOLDER = re.compile(r"\{([a-z][a-z0-9_]*)\}")
+# Set on the machine, never to be lost on the way to a process we start (NVLink multicast
+# can take a shared host's GPUs out of service): passed explicitly with every launch.
+PRESERVED_ENV = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
 SHELL = "/bin/sh"
 GPU_MEMORY_SLACK_MIB = 256  # what another tenant's small allocation may add meanwhile
 
@@ -74,14 +78,18 @@ class CommandTarget:
     # ---- environment and placeholders -------------------------------------------------------
 
     def _values(self, config: Configuration, worktree: str, port: int) -> dict[str, str]:
-        values = {"port": str(port), "worktree": worktree}
+        # {timing}: a fresh directory for per-cycle verify timer files of this launch.
+        timing = f"{worktree}/.perfbisect-timing/{uuid.uuid4().hex[:10]}"
+        values = {"port": str(port), "worktree": worktree, "timing": timing}
         values.update(config.as_dict())
         values.setdefault(COMMIT_AXIS, "")
         return values
 
     @staticmethod
     def _plain_env(values: Mapping[str, str]) -> dict[str, str]:
-        return {f"PERFBISECT_{name.upper()}": value for name, value in values.items()}
+        env = {f"PERFBISECT_{name.upper()}": value for name, value in values.items()}
+        env.update({k: os.environ[k] for k in PRESERVED_ENV if k in os.environ})
+        return env
 
     def _local_tree(self, config: Configuration) -> Path:
         sha = config.get(COMMIT_AXIS)
@@ -115,6 +123,13 @@ class CommandTarget:
         described["host"] = self.host.address
         described["launch"] = self._method(config)
         return described
+
+    def _samples(self, output: str) -> tuple[list[float], list[str]]:
+        """Samples from the measure output, and notes about them."""
+        return parse_samples(output, self.pattern), []
+
+    def _sample_source(self) -> str:
+        return f"metric pattern {self.experiment.metric.pattern!r}"
 
     # ---- stages -----------------------------------------------------------------------------
 
@@ -251,12 +266,11 @@ class CommandTarget:
                 )
             if result.returncode != 0:
                 raise StepFailed("measure", f"exit {result.returncode}: {tail}")
-            samples = parse_samples(result.output, self.pattern)
+            samples, flags = self._samples(result.output)
             if not samples:
                 raise StepFailed(
                     "measure",
-                    f"no samples: metric pattern "
-                    f"{self.experiment.metric.pattern!r} matched nothing; output tail: "
+                    f"no samples: {self._sample_source()} matched nothing; output tail: "
                     f"{tail or '(empty)'}",
                 )
         finally:
@@ -275,7 +289,7 @@ class CommandTarget:
             samples=samples,
             timings=timings,
             log_path=str(logs),
-            flags=instability_flags(samples),
+            flags=[*flags, *instability_flags(samples)],
             build=build,
             snapshot=snapshot,
         )

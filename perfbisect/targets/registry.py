@@ -15,4 +15,8 @@ def make_target(experiment: Experiment, cache_dir: Path) -> Target:
         from perfbisect.targets.command import CommandTarget
 
         return CommandTarget(experiment, cache_dir)
+    if kind == "reference":
+        from perfbisect.targets.reference.target import ReferenceTarget
+
+        return ReferenceTarget(experiment, cache_dir)
     raise ExperimentError(f"{experiment.path}: target kind {kind!r} is not available")

@@ -1,0 +1,1 @@
+"""The embedded reference target: a small but genuine tensor-parallel speculative server."""

@@ -1,0 +1,93 @@
+"""The ``reference`` target kind: the embedded server, built, served and measured through the
+command pipeline (host, launch methods, teardown checks), with per-cycle verify timings."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from perfbisect.config import Configuration
+from perfbisect.experiment import Experiment, TargetSpec
+from perfbisect.hosts.base import Host
+from perfbisect.probes.verify_timer import graph_fraction, parse_lines, per_cycle_ms
+from perfbisect.targets.command import PLACEHOLDER, CommandTarget
+
+SERVER = Path(__file__).with_name("server.py")
+SUMMARY = re.compile(r"accept_length=([0-9.]+)")
+SERVER_FLAGS = ("tp", "device", "layers", "hidden", "heads", "draft_tokens", "max_seq", "threads")
+
+
+def command_options(options: Mapping[str, Any], server: str) -> dict[str, Any]:
+    """serve/ready/measure for the generic pipeline, from the reference keys."""
+    python = shlex.quote(str(options.get("python", "python3")))
+    flags = []
+    for key in SERVER_FLAGS:
+        if key in options:
+            flags += [f"--{key.replace('_', '-')}", str(options[key])]
+    flags += [str(a) for a in options.get("server_args", [])]
+    # A bare placeholder ("{verify_input}") is left for substitution, which quotes it.
+    quoted = [f if PLACEHOLDER.fullmatch(f) else shlex.quote(f) for f in flags]
+    serve = " ".join(
+        [python, server, "serve", "--port", "{port}", "--timing-dir", "{timing}", *quoted]
+    )
+    measure = " ".join(
+        [
+            python,
+            server,
+            "bench",
+            "--port",
+            "{port}",
+            "--timing-dir",
+            "{timing}",
+            f"--cycles {int(options.get('cycles', 40))}",
+            f"--warmup {int(options.get('warmup', 5))}",
+            f"--prompt {int(options.get('prompt', 16))}",
+        ]
+    )
+    return {
+        "serve": serve,
+        "ready": "http://127.0.0.1:{port}/health",
+        "measure": measure,
+        "timeout_s": options.get("timeout_s", 600),
+    }
+
+
+class ReferenceTarget(CommandTarget):
+    def __init__(self, experiment: Experiment, cache_dir: Path, host: Host | None = None):
+        super().__init__(experiment, cache_dir, host)
+        self.reference = dict(experiment.target.options)
+        server = "{worktree}/server.py" if experiment.target.repo else self._packaged_server()
+        self.options = command_options(self.reference, server)
+        self.experiment = replace(
+            experiment, target=TargetSpec("reference", self.options, experiment.target.repo)
+        )
+
+    def _packaged_server(self) -> str:
+        if self.host.is_local:
+            return shlex.quote(str(SERVER))
+        path = f"{self.host.cache_dir()}/reference/server.py"
+        self.host.write_file(path, SERVER.read_bytes())
+        return shlex.quote(path)
+
+    def _samples(self, output: str) -> tuple[list[float], list[str]]:
+        records = parse_lines(output.splitlines())
+        notes = []
+        if records:
+            fraction = graph_fraction(records)
+            notes.append(f"verify in CUDA graphs: {fraction:.0%} of cycles")
+        accept = SUMMARY.search(output)
+        if accept:
+            notes.append(f"accept length {float(accept.group(1)):.2f}")
+        return per_cycle_ms(records), notes
+
+    def _sample_source(self) -> str:
+        return "no verify timing lines"
+
+    def describe(self, config: Configuration) -> dict[str, Any]:
+        described = super().describe(config)
+        described["kind"] = "reference"
+        return described
