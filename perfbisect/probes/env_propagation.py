@@ -26,6 +26,7 @@ from perfbisect.hosts.base import Host
 from perfbisect.launch.base import LaunchOptions, LaunchSpec, Method, make_launcher
 from perfbisect.probes import provenance
 from perfbisect.redact import REDACTED, is_secret
+from perfbisect.targets.command import PRESERVED_ENV
 
 SCRIPT = Path(__file__).with_name("envchain_script.py")
 PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "SGLANG_")
@@ -86,6 +87,7 @@ def _run_method(
         log_path=f"{folder}/probe.log",
         tag=f"probe-{uuid.uuid4().hex[:8]}-{method.value}",
         tuning_env=dict(request.deliver),
+        plain_env={k: os.environ[k] for k in PRESERVED_ENV if k in os.environ},
     )
     launcher = make_launcher(method, LaunchOptions(**{**options.__dict__, "python": python}))
     process = launcher.start(host, spec)
@@ -328,6 +330,8 @@ def _hints(
                 f"another sitecustomize ({ours or 'none'}) was imported instead of perfbisect's",
             )
     for a in sources.nccl_conf:
+        if a.name not in variables or not a.name.startswith("NCCL_"):
+            continue
         add(
             a.name,
             "nccl-conf",
@@ -335,6 +339,8 @@ def _hints(
             "the variable is not in the process environment",
         )
     for a in sources.etc_environment:
+        if a.name not in variables:
+            continue
         add(
             a.name,
             "etc-environment",

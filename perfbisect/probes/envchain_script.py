@@ -76,7 +76,8 @@ def rank(out_dir: str, index: int, world: int, port: int) -> None:
     dist.destroy_process_group()
 
 
-SET_BY = re.compile(r"(NCCL_[A-Z0-9_]+) set by environment to (\S*)")
+# "NCCL_PROTO set by environment to Simple." (the sentence's full stop is not the value)
+SET_BY = re.compile(r"(NCCL_[A-Z0-9_]+) set by environment to (\S*?)\.?$", re.MULTILINE)
 VERSION = re.compile(r"NCCL version ([0-9][^\s]*)")
 
 
