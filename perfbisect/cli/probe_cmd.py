@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -42,6 +42,16 @@ def _open_host(
         accept_new_host_key=accept_new or bool(settings and settings.accept_new_host_key),
         retry_s=retry_s if retry_s is not None else (settings.retry_s if settings else 30.0),
     )
+
+
+def _record(
+    ctx: typer.Context, kind: str, target: Host, snapshot: dict[str, Any], result: dict[str, Any]
+) -> int:
+    """Store a probe's (already redacted) result with the host's snapshot; its id."""
+    from perfbisect.store.records import record_probe
+
+    name = str(snapshot.get("host", target.address))
+    return record_probe(ctx_store(ctx), kind, name, target.address, snapshot, result)
 
 
 def _pairs(items: list[str]) -> dict[str, str]:
@@ -86,7 +96,6 @@ def env_propagation(
     from perfbisect.launch.base import LaunchOptions, Method, launch_options
     from perfbisect.probes.env_propagation import ProbeRequest, run_probe
     from perfbisect.probes.hardware import hardware_snapshot
-    from perfbisect.store.records import record_probe
 
     methods = [Method.parse(m) for m in method.split(",") if m.strip()]
     if not methods:
@@ -115,14 +124,7 @@ def env_propagation(
         result = run_probe(target, request, options)
     finally:
         target.close()
-    result["probe_id"] = record_probe(
-        ctx_store(ctx),
-        "env-propagation",
-        str(snapshot.get("host", target.address)),
-        target.address,
-        snapshot,
-        result,
-    )
+    result["probe_id"] = _record(ctx, "env-propagation", target, snapshot, result)
     if as_json:
         emit_json(result)
     else:
@@ -144,7 +146,6 @@ def hardware(
     """Driver, GPUs (clocks, PCIe link, power, temperature, throttling, ECC), NCCL, topology."""
     from perfbisect.cli.render_probe import render_hardware
     from perfbisect.probes.hardware import hardware_snapshot
-    from perfbisect.store.records import record_probe
 
     target = _open_host(host, None, ssh_config, known_hosts, accept_new_host_key, retry_s)
     try:
@@ -152,14 +153,7 @@ def hardware(
     finally:
         target.close()
     snapshot["address"] = target.address
-    snapshot["probe_id"] = record_probe(
-        ctx_store(ctx),
-        "hardware",
-        str(snapshot.get("host", target.address)),
-        target.address,
-        snapshot,
-        snapshot,
-    )
+    snapshot["probe_id"] = _record(ctx, "hardware", target, snapshot, snapshot)
     if as_json:
         emit_json(snapshot)
     else:

@@ -115,6 +115,17 @@ def shell_line(argv: Sequence[str], cwd: str | None, env: Mapping[str, str] | No
     return " ".join(parts)
 
 
+def read_exit_status(host: Host, path: str) -> int | None:
+    """The exit status a wrapper wrote to ``path`` (-1 if unreadable), None if not yet."""
+    text = host.read_text(path)
+    if text is None or not text.strip():
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        return -1
+
+
 def tree_of(pid: int, parents: Mapping[int, int]) -> list[int]:
     """Descendants of ``pid`` given a pid -> parent pid table (from /proc or ``ps``)."""
     children: dict[int, list[int]] = {}

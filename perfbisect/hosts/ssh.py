@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from perfbisect.errors import HostError, HostUnreachable, UsageError
-from perfbisect.hosts.base import CommandResult, shell_line, stop_tree, tree_of
+from perfbisect.hosts.base import (
+    CommandResult,
+    read_exit_status,
+    shell_line,
+    stop_tree,
+    tree_of,
+)
 
 if TYPE_CHECKING:  # fabric is imported lazily: `perfbisect --help` must stay fast
     import fabric
@@ -116,12 +122,9 @@ class SshProcess:
         self.notes: list[str] = []
 
     def poll(self) -> int | None:
-        text = self.host.read_text(self.exit_path)
-        if text is not None and text.strip():
-            try:
-                return int(text.strip())
-            except ValueError:
-                return -1
+        status = read_exit_status(self.host, self.exit_path)
+        if status is not None:
+            return status
         if not self.host.alive([self.pid]):
             return -1  # gone without writing its status (killed)
         return None

@@ -17,7 +17,7 @@ import shlex
 import time
 
 from perfbisect.errors import StepFailed
-from perfbisect.hosts.base import Host, HostProcess, stop_tree
+from perfbisect.hosts.base import Host, HostProcess, read_exit_status, stop_tree
 from perfbisect.launch.base import LaunchSpec, Method
 
 # Targets: "=name" matches a session name exactly (no prefix match); pane commands need the
@@ -48,12 +48,9 @@ class TmuxProcess:
         return ok
 
     def poll(self) -> int | None:
-        text = self.host.read_text(self.exit_path)
-        if text is not None and text.strip():
-            try:
-                return int(text.strip())
-            except ValueError:
-                return -1
+        status = read_exit_status(self.host, self.exit_path)
+        if status is not None:
+            return status
         if self._stopped or not self.session_exists():
             return -1
         return None
