@@ -127,14 +127,31 @@ def midpoint(good: float, bad: float) -> float:
 
 @dataclass
 class _Segment:
-    """One stretch of the path searched for a step: ``lo`` is at the lower level, ``hi`` at the
-    higher one, and the threshold lies between their levels. The whole path is the first
-    segment; a step that leaves a level gap on either side opens a segment there."""
+    """One stretch of configurations searched for a step, in search order: ``order[0]`` is at
+    the lower level, ``order[-1]`` at the higher one, and the threshold lies between their
+    levels. The whole path is the first segment; a step that leaves a level gap on either side
+    opens a segment there; the multi-axis search makes one per culprit axis."""
 
-    lo: int
-    hi: int
+    order: list[int]
     threshold: float
     verdicts: dict[int, Verdict] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.index = {p: i for i, p in enumerate(self.order)}
+        self.verdicts.setdefault(self.lo, Verdict.GOOD)
+        self.verdicts.setdefault(self.hi, Verdict.BAD)
+
+    @property
+    def lo(self) -> int:
+        return self.order[0]
+
+    @property
+    def hi(self) -> int:
+        return self.order[-1]
+
+    def slice(self, a: int, b: int, threshold: float) -> _Segment:
+        """The part from position ``a`` to position ``b`` (inclusive) as a new segment."""
+        return _Segment(self.order[self.index[a] : self.index[b] + 1], threshold)
 
 
 _Batch = list[LaunchRequest]
@@ -288,38 +305,11 @@ class Engine:
             return
         assert self.threshold is not None
         last = len(self.path) - 1
-        self._top = _Segment(0, last, self.threshold, {0: Verdict.GOOD, last: Verdict.BAD})
-        first = yield from self._bisect(self._top)
-        if first is None:
+        self._top = _Segment(list(range(last + 1)), self.threshold)
+        found = yield from self._steps(self._top)
+        if found is None:
             return
-        # A step that leaves a level gap on either side (19 -> 23 -> 29 ms) means the
-        # regression came in stages: search each gap for its own step.
-        steps = [first]
-        unresolved: list[tuple[int, int]] = []
-        queue = [(self._top.lo, self._top.hi, first)]
-        while queue and len(steps) < _MAX_STEPS:
-            a, b, step = queue.pop(0)
-            lo, hi = step.last_good.position, step.first_bad.position
-            for seg_lo, seg_hi in ((a, lo), (hi, b)):
-                if seg_hi - seg_lo < 1 or len(steps) >= _MAX_STEPS:
-                    continue
-                if not (yield from self._level_gap(seg_lo, seg_hi)):
-                    continue
-                low, high = self.launches[seg_lo], self.launches[seg_hi]
-                seg = _Segment(
-                    seg_lo,
-                    seg_hi,
-                    midpoint(median(low), median(high)),
-                    {seg_lo: Verdict.GOOD, seg_hi: Verdict.BAD},
-                )
-                found = yield from self._bisect(seg)
-                if found is not None:
-                    steps.append(found)
-                    queue.append((seg_lo, seg_hi, found))
-                elif self.outcome is not None and self.outcome.unresolved:
-                    unresolved.extend(self.outcome.unresolved)
-                self.outcome = None
-        steps.sort(key=lambda c: c.first_bad.position)
+        unresolved, steps = found
         culprit = self._crossing(steps)
         if len(steps) == 1:
             message = f"first bad configuration at position {culprit.first_bad.position} of {last}"
@@ -332,6 +322,41 @@ class Engine:
         if unresolved:
             message += f"; {len(unresolved)} further level change(s) could not be pinned down"
         self._finish(Status.FOUND, message, culprit, tuple(unresolved), tuple(steps))
+
+    def _steps(
+        self, top: _Segment
+    ) -> Generator[
+        _Batch, list[LaunchResult], tuple[list[tuple[int, int]], list[Culprit]] | None
+    ]:
+        """Every step of ``top`` (its threshold crossing plus the steps of any level gaps next
+        to it), or None after ``_finish`` said why the first search failed."""
+        first = yield from self._bisect(top)
+        if first is None:
+            return None
+        # A step that leaves a level gap on either side (19 -> 23 -> 29 ms) means the
+        # regression came in stages: search each gap for its own step.
+        steps = [first]
+        unresolved: list[tuple[int, int]] = []
+        queue = [(top, first)]
+        while queue and len(steps) < _MAX_STEPS:
+            seg, step = queue.pop(0)
+            lo, hi = step.last_good.position, step.first_bad.position
+            for seg_lo, seg_hi in ((seg.lo, lo), (hi, seg.hi)):
+                if seg_lo == seg_hi or len(steps) >= _MAX_STEPS:
+                    continue
+                if not (yield from self._level_gap(seg_lo, seg_hi)):
+                    continue
+                low, high = self.launches[seg_lo], self.launches[seg_hi]
+                gap = seg.slice(seg_lo, seg_hi, midpoint(median(low), median(high)))
+                found = yield from self._bisect(gap)
+                if found is not None:
+                    steps.append(found)
+                    queue.append((gap, found))
+                elif self.outcome is not None and self.outcome.unresolved:
+                    unresolved.extend(self.outcome.unresolved)
+                self.outcome = None
+        steps.sort(key=lambda c: top.index[c.first_bad.position])
+        return unresolved, steps
 
     def _level_gap(self, a: int, b: int) -> Generator[_Batch, list[LaunchResult], bool]:
         """Is ``b`` clearly worse than ``a``? A gap opens a whole new search, so one seen on few
@@ -480,11 +505,12 @@ class Engine:
 
     @staticmethod
     def _bracket(seg: _Segment) -> tuple[int, int]:
-        """(last GOOD before the first worse point, first worse point): the range holding the
-        first departure from the segment's lower level."""
+        """(last GOOD before the first worse point, first worse point) as indexes into the
+        segment's order: the range holding the first departure from its lower level."""
         worse = (Verdict.BAD, Verdict.INTERMEDIATE)
-        hi = min(p for p, v in seg.verdicts.items() if v in worse)
-        lo = max(p for p, v in seg.verdicts.items() if v is Verdict.GOOD and p < hi)
+        judged = [(seg.index[p], v) for p, v in seg.verdicts.items() if p in seg.index]
+        hi = min(i for i, v in judged if v in worse)
+        lo = max(i for i, v in judged if v is Verdict.GOOD and i < hi)
         return lo, hi
 
     def _bisect(self, seg: _Segment) -> Generator[_Batch, list[LaunchResult], Culprit | None]:
@@ -494,18 +520,19 @@ class Engine:
         top = seg is self._top
         # A later segment gets the launches of an ordinary search of its length and no more:
         # a level gap that was noise after all shows up as a run of UNCLEAR points.
-        budget = 3 * (math.ceil(math.log2(max(2, seg.hi - seg.lo))) + 3)
+        budget = 3 * (math.ceil(math.log2(max(2, len(seg.order) - 1))) + 3)
         start = self.launch_count
         while True:
             if not top and self.launch_count - start > budget:
                 return None
             # Segment ends keep their verdicts (a flip ends the search), so the bracket exists.
-            lo, hi = self._bracket(seg)
-            open_points = [p for p in range(lo + 1, hi) if p not in seg.verdicts]
+            i_lo, i_hi = self._bracket(seg)
+            lo, hi = seg.order[i_lo], seg.order[i_hi]
+            open_points = [i for i in range(i_lo + 1, i_hi) if seg.order[i] not in seg.verdicts]
             if open_points:
-                mid = (lo + hi) / 2
-                pick = min(open_points, key=lambda p: (abs(p - mid), p))
-                yield from self._evaluate(seg, pick)
+                mid = (i_lo + i_hi) / 2
+                pick = min(open_points, key=lambda i: (abs(i - mid), i))
+                yield from self._evaluate(seg, seg.order[pick])
                 continue
             # The bracket is final: confirm both ends with interleaved launches before
             # reporting it, culprit or unresolved range alike. A contradiction (one outlier
@@ -524,8 +551,8 @@ class Engine:
                         )
                     return None
                 continue
-            if hi - lo > 1:
-                n_open = hi - lo - 1
+            if i_hi - i_lo > 1:
+                n_open = i_hi - i_lo - 1
                 self._finish(
                     Status.AMBIGUOUS,
                     f"{n_open} configuration(s) between the last good and the first bad could "
@@ -534,7 +561,8 @@ class Engine:
                 )
                 return None
             break
-        lo, hi = self._bracket(seg)
+        i_lo, i_hi = self._bracket(seg)
+        lo, hi = seg.order[i_lo], seg.order[i_hi]
         effect = difference(
             self.launches[lo], self.launches[hi], self.rel_sd(), self.policy.noise.z
         )
