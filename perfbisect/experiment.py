@@ -104,6 +104,19 @@ class CustomAxisSpec:
 
 
 @dataclass(frozen=True)
+class PatchSpec:
+    """A patch of the ``patches`` axis: keyed by content (``token``), shown by name."""
+
+    name: str
+    path: Path
+    digest: str
+
+    @property
+    def token(self) -> str:
+        return f"{self.name}@{self.digest}"
+
+
+@dataclass(frozen=True)
 class TargetSpec:
     kind: str
     options: Mapping[str, Any]
@@ -138,6 +151,7 @@ class Experiment:
     metric: MetricSpec
     custom_axes: tuple[CustomAxisSpec, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    patches: tuple[PatchSpec, ...] = ()
     host: HostSettings = field(default_factory=HostSettings)
     launch: LaunchSettings = field(default_factory=LaunchSettings)
 
@@ -151,7 +165,8 @@ class Experiment:
 
     def axis_names(self) -> list[str]:
         names = ["commit"] if self.target.repo is not None else []
-        return [*names, *(a.name for a in self.custom_axes), "launch"]
+        extra = ["patches"] if self.patches else []
+        return [*names, *extra, *(a.name for a in self.custom_axes), "launch"]
 
     def custom_axis(self, name: str) -> CustomAxisSpec | None:
         return next((a for a in self.custom_axes if a.name == name), None)
@@ -296,7 +311,11 @@ def parse_experiment(doc: Mapping[str, Any], path: Path, text: str) -> Experimen
         higher_is_better=bool(metric_table.get("higher_is_better", False)),
     )
 
-    custom = _parse_custom_axes(check, check.table(doc, ("axes",), required=False))
+    axes_table = check.table(doc, ("axes",), required=False)
+    custom = _parse_custom_axes(check, axes_table)
+    patches = _parse_patches(check, axes_table, path)
+    if patches and repo is None:
+        raise check.fail(("axes",), "patches", "needs [target] repo (patches apply to a checkout)")
 
     env_table = check.table(doc, ("env",), required=False)
     env: dict[str, str] = {}
@@ -316,6 +335,7 @@ def parse_experiment(doc: Mapping[str, Any], path: Path, text: str) -> Experimen
         metric=metric,
         custom_axes=custom,
         env=env,
+        patches=patches,
         host=_parse_host(check, doc, path),
         launch=_parse_launch(check, doc),
     )
@@ -362,8 +382,8 @@ def _parse_launch(check: _Checker, doc: Mapping[str, Any]) -> LaunchSettings:
 
 def _parse_custom_axes(check: _Checker, axes: Mapping[str, Any]) -> tuple[CustomAxisSpec, ...]:
     for key in axes:
-        if key != "custom":
-            raise check.fail(("axes",), key, "unknown axis kind here (known: custom)")
+        if key not in ("custom", "patches"):
+            raise check.fail(("axes",), key, "unknown axis kind here (known: custom, patches)")
     custom_table = check.table(axes, ("axes", "custom"), required=False)
     result = []
     for name, spec in custom_table.items():
@@ -388,4 +408,58 @@ def _parse_custom_axes(check: _Checker, axes: Mapping[str, Any]) -> tuple[Custom
         if bad:
             raise check.fail(table, "values", f"value {bad[0]!r} contains ',' or '='")
         result.append(CustomAxisSpec(name, as_text, bool(spec.get("ordered", True))))
+    return tuple(result)
+
+
+_DIFF_PATHS = re.compile(
+    r"^(?:diff --git (\S+) (\S+)|--- (\S+)|\+\+\+ (\S+)|(?:rename|copy) (?:from|to) (.+))$"
+)
+
+
+def unsafe_paths(diff: str) -> list[str]:
+    """Paths in a unified diff that would escape the worktree (absolute or with ``..``)."""
+    bad = []
+    for line in diff.splitlines():
+        match = _DIFF_PATHS.match(line)
+        if not match:
+            continue
+        for raw in (g for g in match.groups() if g):
+            path = raw.strip().strip('"')
+            if path == "/dev/null":
+                continue
+            if path[:2] in ("a/", "b/") and not line.startswith(("rename", "copy")):
+                path = path[2:]
+            if path.startswith("/") or ".." in path.split("/"):
+                bad.append(path)
+    return bad
+
+
+def _parse_patches(check: _Checker, axes: Mapping[str, Any], path: Path) -> tuple[PatchSpec, ...]:
+    import hashlib
+
+    table = check.table(axes, ("axes", "patches"), required=False)
+    if not table:
+        return ()
+    where = ("axes", "patches")
+    check.check(table, where, {"files": ((list,), True)})
+    files = table["files"]
+    if not files or not all(isinstance(f, str) for f in files):
+        raise check.fail(where, "files", "must be a non-empty list of patch file paths")
+    result = []
+    for name in files:
+        file = (path.parent / name).resolve()
+        if not file.is_file():
+            raise check.fail(where, "files", f"patch file {name!r} does not exist ({file})")
+        data = file.read_bytes()
+        escaping = unsafe_paths(data.decode(errors="replace"))
+        if escaping:
+            raise check.fail(
+                where, "files", f"patch {name!r} touches {escaping[0]!r} outside the worktree"
+            )
+        short = Path(name).name  # specs name patches by file name: `patches=a.patch+b.patch`
+        if any(c in short for c in "+@,="):
+            raise check.fail(where, "files", f"patch name {short!r} contains one of + @ , =")
+        result.append(PatchSpec(short, file, hashlib.sha256(data).hexdigest()[:8]))
+    if len({p.name for p in result}) != len(result):
+        raise check.fail(where, "files", "lists two patches with the same file name")
     return tuple(result)

@@ -66,6 +66,7 @@ def make_repo(root: Path, files_per_commit: Sequence[dict[str, str]]) -> Repo:
     shas = []
     for i, files in enumerate(files_per_commit):
         for name, text in files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
             (root / name).write_text(text)
         _git(root, "add", "-A")
         _git(root, "commit", "-q", "--allow-empty", "-m", f"commit {i}")

@@ -15,7 +15,7 @@ def test_demo_names_the_planted_commit(cli: Cli, tmp_path: Path) -> None:
     assert "whole sequence" in report["culprit"]["commit"]["subject"]
     assert (
         report["culprit"]["first_bad_ms"]["median"]
-        > 4 * report["culprit"]["last_good_ms"]["median"]
+        > 2.5 * report["culprit"]["last_good_ms"]["median"]
     )
     sessions = cli.json("query", "sessions", "--json")  # PERFBISECT_DB set by the fixture wins
     assert [s["outcome"] for s in sessions] == ["found"]

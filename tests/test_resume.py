@@ -19,7 +19,7 @@ from conftest import EXPERIMENT, Cli, value_repo
 SLOW_MEASURE = r"""
 import time
 value = float(open("value").read())
-time.sleep(0.6)
+time.sleep(1.2)  # slow enough that a signal lands inside a step, also on a busy machine
 for i in range(5):
     print(f"verify_ms={value * (1 + 0.01 * ((i % 3) - 1)):.4f}")
 """
@@ -80,7 +80,7 @@ def test_ctrl_c_then_resume(cli: Cli, tmp_path: Path, served: tuple[list[str], s
     shas, marker = served
     proc = start_background(cli, "bisect", "start", "--good", shas[0], "--bad", shas[-1])
     wait_for_launches(tmp_path, 3, proc)
-    time.sleep(0.3)  # land inside the next step: server up, measure running
+    time.sleep(0.2)  # land inside the next step: server up, measure running
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err

@@ -325,9 +325,7 @@ class Engine:
 
     def _steps(
         self, top: _Segment
-    ) -> Generator[
-        _Batch, list[LaunchResult], tuple[list[tuple[int, int]], list[Culprit]] | None
-    ]:
+    ) -> Generator[_Batch, list[LaunchResult], tuple[list[tuple[int, int]], list[Culprit]] | None]:
         """Every step of ``top`` (its threshold crossing plus the steps of any level gaps next
         to it), or None after ``_finish`` said why the first search failed."""
         first = yield from self._bisect(top)

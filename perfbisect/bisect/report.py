@@ -114,6 +114,15 @@ def build_report(
 ) -> dict[str, Any]:
     culprit = _step_json(experiment, outcome.culprit) if outcome.culprit else None
     steps = [_step_json(experiment, c) for c in outcome.steps]
+    attribution = [
+        {
+            "axes": list(row.axes),
+            "config": engine.path[row.position].as_dict(),
+            "verdict": row.verdict.value,
+            "effect_ms": row.effect,
+        }
+        for row in getattr(engine, "attribution", [])
+    ]
     last = len(engine.path) - 1
     drift = [
         d
@@ -132,6 +141,10 @@ def build_report(
         "threshold_ms": outcome.threshold,
         "culprit": culprit,
         "steps": steps,
+        # Multi-axis searches: which axis sets were switched, and the culprit of each axis.
+        "attribution": attribution,
+        "culprit_axes": [list(axes) for axes in getattr(engine, "culprit_sets", [])],
+        "culprits": steps,
         "unresolved": [
             [engine.path[a].as_dict(), engine.path[b].as_dict()] for a, b in outcome.unresolved
         ],

@@ -22,6 +22,7 @@ from perfbisect.bisect.engine import (
     PointResult,
     Policy,
 )
+from perfbisect.bisect.multiaxis import AxisPlan, MultiAxisEngine
 from perfbisect.bisect.report import build_report
 from perfbisect.bisect.specs import resolve_endpoints
 from perfbisect.bisect.stats import instability_flags, median
@@ -98,10 +99,11 @@ def start(
     """Validate everything, create the session, run it. Bad input stores nothing."""
     experiment = load_experiment(experiment_path)
     endpoints = resolve_endpoints(good, bad, experiment)
-    params = {
+    params: dict[str, Any] = {
         "threshold": options.threshold,
         "min_launches": options.min_launches,
         "max_launches": options.max_launches,
+        "plans": [p.as_json() for p in endpoints.plans] if endpoints.multi_axis else None,
     }
     session_id = records.claim_new_session(
         store,
@@ -113,7 +115,15 @@ def start(
         experiment_path=str(experiment.path),
         experiment_text=redact_toml(experiment.text),
     )
-    return _drive(store, session_id, experiment, endpoints.path, options, progress or NoProgress())
+    return _drive(
+        store,
+        session_id,
+        experiment,
+        endpoints.path,
+        params["plans"],
+        options,
+        progress or NoProgress(),
+    )
 
 
 def resume(store: Store, ref: str | None, progress: Progress | None = None) -> dict[str, Any]:
@@ -129,7 +139,9 @@ def resume(store: Store, ref: str | None, progress: Progress | None = None) -> d
     configs = [Configuration.of(c, context) for c in row.path]
     p = row.params
     options = SearchOptions(p.get("threshold"), int(p["min_launches"]), int(p["max_launches"]))
-    return _drive(store, row.id, experiment, configs, options, progress or NoProgress())
+    return _drive(
+        store, row.id, experiment, configs, p.get("plans"), options, progress or NoProgress()
+    )
 
 
 def _digest(text: str) -> str:
@@ -210,15 +222,29 @@ def _close(target: Target | None) -> None:
         target.close()
 
 
+def _engine(
+    path: list[Configuration],
+    plans: list[dict[str, Any]] | None,
+    policy: Policy,
+    threshold: float | None,
+) -> Engine:
+    """One path: the binary search; several axes (or a patch set): the multi-axis search."""
+    if plans:
+        axis_plans = [AxisPlan.from_json(p) for p in plans]
+        return MultiAxisEngine(path[0], path[-1], axis_plans, policy, threshold)
+    return Engine(path, policy, threshold)
+
+
 def _drive(
     store: Store,
     session_id: int,
     experiment: Experiment,
     path: list[Configuration],
+    plans: list[dict[str, Any]] | None,
     options: SearchOptions,
     progress: Progress,
 ) -> dict[str, Any]:
-    engine = Engine(path, options.policy(experiment), options.threshold)
+    engine = _engine(path, plans, options.policy(experiment), options.threshold)
     stored = session_launches(store, session_id)
     recorded_steps = {
         (s.position, s.verdict, s.n_launches) for s in session_steps(store, session_id)

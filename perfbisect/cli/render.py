@@ -125,7 +125,27 @@ def render_report(report: dict[str, Any], console: Console | None = None) -> Non
                 f"{'yes' if culprit.get('verified') else 'no'}"
             )
     steps = report.get("steps", [])
-    if len(steps) > 1:
+    if report.get("attribution"):
+        table = Table("axes switched to bad", "verdict", f"effect ({unit})", title="attribution")
+        for row in report["attribution"]:
+            effect = row.get("effect_ms")
+            table.add_row(
+                "+".join(row["axes"]),
+                row["verdict"],
+                f"{effect:+.4g}" if effect is not None else "-",
+            )
+        console.print(table)
+        sets = [" + ".join(s) for s in report.get("culprit_axes", [])]
+        console.print(f"[bold]culprit axes:[/] {'; '.join(sets)}")
+        for st in steps:
+            sha = (
+                f" {st['commit']['sha'][:12]} {st['commit']['subject']}" if st.get("commit") else ""
+            )
+            console.print(
+                f"    {st['axis']}: {_cfg(st['last_good'])} -> {_cfg(st['first_bad'])}{sha} "
+                f"({_ms(st.get('last_good_ms'))} -> {_ms(st.get('first_bad_ms'))})"
+            )
+    elif len(steps) > 1:
         console.print(f"[bold]the regression came in {len(steps)} steps:[/]")
         for st in steps:
             mark = (

@@ -93,9 +93,16 @@ class CommandTarget:
 
     def _local_tree(self, config: Configuration) -> Path:
         sha = config.get(COMMIT_AXIS)
-        if self.repo is None or sha is None:
+        if self.repo is None:
             return self.experiment.directory
-        return self.repo.worktree(sha, self.worktree_root)
+        if sha is None:
+            sha = self.repo.resolve("HEAD")
+        tokens = [t for t in (config.get("patches") or "").split("+") if t]
+        if not tokens:
+            return self.repo.worktree(sha, self.worktree_root)
+        by_token = {p.token: p for p in self.experiment.patches}
+        patches = [(by_token[t].name, by_token[t].path) for t in tokens]
+        return self.repo.patched_worktree(sha, self.worktree_root, patches)
 
     def _worktree(self, config: Configuration) -> str:
         """The configuration's source tree on the host (copied there for a remote host)."""

@@ -72,10 +72,42 @@ class GitRepo:
             commit.committed_datetime.isoformat(),
         )
 
-    def worktree(self, sha: str, root: Path) -> Path:
+    def patched_worktree(self, sha: str, root: Path, patches: list[tuple[str, Path]]) -> Path:
+        """A worktree at ``sha`` with ``patches`` (name, file) applied in order with
+        ``git apply --index``; created once per (commit, patch set). A patch that does not
+        apply is a ``StepFailed`` with git's message (the configuration becomes SKIP)."""
+        if not patches:
+            return self.worktree(sha, root)
+        key = hashlib.sha256(
+            "".join(f"{name}:{file.read_bytes().hex()}" for name, file in patches).encode()
+        ).hexdigest()[:10]
+        digest = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:10]
+        marker = root / digest / f"{sha[:16]}-p{key}.patched"
+        if not (marker.with_suffix("") / ".git").exists():
+            marker.unlink(missing_ok=True)  # the worktree is (re)created: apply again
+        where = self.worktree(sha, root, variant=f"-p{key}")
+        if marker.exists():
+            return where
+        for name, file in patches:
+            try:
+                self.repo_at(where).git.apply("--index", str(file))
+            except self._errors as exc:
+                shutil.rmtree(where, ignore_errors=True)
+                self.repo.git.worktree("prune")
+                message = exc.stderr.strip().replace("error: ", "")
+                raise StepFailed("patch", f"{name} does not apply: {message}") from None
+        marker.write_text("\n".join(name for name, _ in patches))
+        return where
+
+    def repo_at(self, where: Path):  # type: ignore[no-untyped-def]
+        import git
+
+        return git.Repo(where)
+
+    def worktree(self, sha: str, root: Path, variant: str = "") -> Path:
         """A detached worktree at ``sha`` under ``root``, created once and reused."""
         digest = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:10]
-        where = root / digest / sha[:16]
+        where = root / digest / f"{sha[:16]}{variant}"
         if (where / ".git").exists():
             head = Path(where)
             try:
