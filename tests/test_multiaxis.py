@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from conftest import EXPERIMENT as BASE_EXPERIMENT
 from conftest import Cli, make_repo
 
 # The measured value: a base from the commit, plus every number in cost/*, times 3 when the
@@ -21,22 +22,15 @@ for i in range(5):
     print(f"verify_ms={value * (1 + 0.01 * ((i % 3) - 1)):.4f}")
 """
 
-EXPERIMENT = """
-[target]
-kind = "command"
-repo = "repo"
-measure = "python3 measure.py"
-timeout_s = 60
-
-[metric]
-name = "verify_ms"
-pattern = 'verify_ms=([0-9.]+)'
-
+EXPERIMENT = (
+    BASE_EXPERIMENT
+    + """
 [axes.custom.flag]
 values = ["a", "b"]
 ordered = false
 {patches}
 """
+)
 
 
 def _patch(repo: Path, name: str, files: dict[str, str], out: Path) -> None:
