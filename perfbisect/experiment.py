@@ -152,6 +152,8 @@ class Experiment:
     custom_axes: tuple[CustomAxisSpec, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     patches: tuple[PatchSpec, ...] = ()
+    nccl: tuple[str, ...] = ()  # [axes.nccl] values: versions (or library paths), in order
+    nccl_cuda: int | None = None  # CUDA major of the wheels; None: the host's driver says
     host: HostSettings = field(default_factory=HostSettings)
     launch: LaunchSettings = field(default_factory=LaunchSettings)
 
@@ -165,7 +167,7 @@ class Experiment:
 
     def axis_names(self) -> list[str]:
         names = ["commit"] if self.target.repo is not None else []
-        extra = ["patches"] if self.patches else []
+        extra = (["patches"] if self.patches else []) + (["nccl"] if self.nccl else [])
         return [*names, *extra, *(a.name for a in self.custom_axes), "launch"]
 
     def custom_axis(self, name: str) -> CustomAxisSpec | None:
@@ -314,6 +316,7 @@ def parse_experiment(doc: Mapping[str, Any], path: Path, text: str) -> Experimen
     axes_table = check.table(doc, ("axes",), required=False)
     custom = _parse_custom_axes(check, axes_table)
     patches = _parse_patches(check, axes_table, path)
+    nccl, nccl_cuda = _parse_nccl(check, axes_table, path)
     if patches and repo is None:
         raise check.fail(("axes",), "patches", "needs [target] repo (patches apply to a checkout)")
 
@@ -336,6 +339,8 @@ def parse_experiment(doc: Mapping[str, Any], path: Path, text: str) -> Experimen
         custom_axes=custom,
         env=env,
         patches=patches,
+        nccl=nccl,
+        nccl_cuda=nccl_cuda,
         host=_parse_host(check, doc, path),
         launch=_parse_launch(check, doc),
     )
@@ -382,8 +387,10 @@ def _parse_launch(check: _Checker, doc: Mapping[str, Any]) -> LaunchSettings:
 
 def _parse_custom_axes(check: _Checker, axes: Mapping[str, Any]) -> tuple[CustomAxisSpec, ...]:
     for key in axes:
-        if key not in ("custom", "patches"):
-            raise check.fail(("axes",), key, "unknown axis kind here (known: custom, patches)")
+        if key not in ("custom", "patches", "nccl"):
+            raise check.fail(
+                ("axes",), key, "unknown axis kind here (known: custom, patches, nccl)"
+            )
     custom_table = check.table(axes, ("axes", "custom"), required=False)
     result = []
     for name, spec in custom_table.items():
@@ -463,3 +470,33 @@ def _parse_patches(check: _Checker, axes: Mapping[str, Any], path: Path) -> tupl
     if len({p.name for p in result}) != len(result):
         raise check.fail(where, "files", "lists two patches with the same file name")
     return tuple(result)
+
+
+def _parse_nccl(
+    check: _Checker, axes: Mapping[str, Any], path: Path
+) -> tuple[tuple[str, ...], int | None]:
+    table = check.table(axes, ("axes", "nccl"), required=False)
+    if not table:
+        return (), None
+    where = ("axes", "nccl")
+    check.check(table, where, {"values": ((list,), True), "cuda": ((int,), False)})
+    values = table["values"]
+    if len(values) < 2 or not all(isinstance(v, str) and v for v in values):
+        raise check.fail(where, "values", "must list at least two versions (or library paths)")
+    resolved = []
+    for value in values:
+        if re.match(r"^\d+\.\d+\.\d+(\.post\d+)?$", value):
+            resolved.append(value)
+            continue
+        file = (path.parent / value).expanduser().resolve()
+        if not file.is_file():
+            raise check.fail(
+                where, "values", f"{value!r} is neither a version like 2.27.7 nor a library file"
+            )
+        resolved.append(str(file))
+    if len(set(resolved)) != len(resolved):
+        raise check.fail(where, "values", "lists a version twice")
+    cuda = table.get("cuda")
+    if cuda is not None and cuda not in (12, 13):
+        raise check.fail(where, "cuda", "must be 12 or 13 (the nvidia-nccl-cu12/cu13 wheels)")
+    return tuple(resolved), cuda

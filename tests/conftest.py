@@ -117,8 +117,10 @@ class Cli:
             json.loads(result.stdout)
         return result
 
-    def json(self, *args: str, codes: tuple[int, ...] = (0,)) -> dict:  # type: ignore[type-arg]
-        result = self.run(*args)
+    def json(  # type: ignore[type-arg]
+        self, *args: str, codes: tuple[int, ...] = (0,), timeout: float = 240
+    ) -> dict:
+        result = self.run(*args, timeout=timeout)
         assert result.returncode in codes, (result.returncode, result.stdout, result.stderr)
         return json.loads(result.stdout)  # type: ignore[no-any-return]
 

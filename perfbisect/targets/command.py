@@ -28,6 +28,7 @@ from perfbisect.hosts.registry import open_experiment_host
 from perfbisect.launch.base import LaunchSpec, launch_options, make_launcher
 from perfbisect.probes.hardware import gpu_memory_used, hardware_snapshot
 from perfbisect.redact import redact_env, redact_text
+from perfbisect.targets import nccl
 from perfbisect.targets.base import BuildInfo, Measurement
 from perfbisect.targets.gitrepo import GitRepo
 from perfbisect.targets.readiness import wait_ready
@@ -71,6 +72,8 @@ class CommandTarget:
         self.worktree_root = cache_dir / "worktrees"
         self.repo = GitRepo(experiment.target.repo) if experiment.target.repo else None
         self.pattern = experiment.metric.regex
+        self._cuda: int | None = None
+        self._delivery: dict[str, str] = {}  # per launch: the nccl axis's LD_PRELOAD
 
     def close(self) -> None:
         self.host.close()
@@ -178,6 +181,22 @@ class CommandTarget:
             raise StepFailed("build", f"exit {result.returncode}: {tail}")
         return BuildInfo("ok", False, result.duration_s, tail)
 
+    def _cuda_major(self) -> int:
+        if self.experiment.nccl_cuda:
+            return self.experiment.nccl_cuda
+        if self._cuda is None:
+            cuda = str(hardware_snapshot(self.host).get("cuda_driver") or "12")
+            self._cuda = int(cuda.split(".")[0]) if cuda.split(".")[0].isdigit() else 12
+        return self._cuda
+
+    def _nccl_library(self, config: Configuration) -> str | None:
+        """The configuration's NCCL library on the host, materialised on first use."""
+        version = config.get("nccl")
+        if not version:
+            return None
+        cuda = self._cuda_major()
+        return nccl.on_host(self.host, nccl.materialise(version, cuda), version, cuda)
+
     def _serve(
         self, config: Configuration, worktree: str, values: Mapping[str, str], logs: Path
     ) -> HostProcess:
@@ -193,7 +212,7 @@ class CommandTarget:
             log_path=log_path,
             tag=tag,
             tuning_env=dict(self.experiment.env),
-            plain_env=self._plain_env(values),
+            plain_env={**self._plain_env(values), **self._delivery},
         )
         launcher = make_launcher(self._method(config), launch_options(self.experiment))
         return launcher.start(self.host, spec)
@@ -233,6 +252,9 @@ class CommandTarget:
         worktree = self._worktree(config)
         port = self.host.free_port()
         values = self._values(config, worktree, port)
+        library = self._nccl_library(config)
+        self._delivery = nccl.delivery(library) if library else {}
+        # Build and measure do not get the NCCL library: only the served processes run NCCL.
         env = {**self._plain_env(values), **self.experiment.env}
         timings: dict[str, float] = {}
         stage("build")
@@ -257,6 +279,8 @@ class CommandTarget:
                     secrets=env,
                 )
                 timings["ready_s"] = time.monotonic() - t0
+                if library:
+                    server.notes.append(nccl.confirm_loaded(self.host, server, library))
             stage("measure")
             result = self.host.run(
                 [SHELL, "-c", substitute(self.options["measure"], values)],
