@@ -253,7 +253,11 @@ class CommandTarget:
         port = self.host.free_port()
         values = self._values(config, worktree, port)
         library = self._nccl_library(config)
-        self._delivery = nccl.delivery(library) if library else {}
+        self._delivery = {}
+        if library:
+            pythonpath = os.environ.get("PYTHONPATH") if self.host.is_local else None
+            shadow = nccl.torch_shadow(self.host, library)
+            self._delivery = nccl.delivery(library, shadow, pythonpath)
         # Build and measure do not get the NCCL library: only the served processes run NCCL.
         env = {**self._plain_env(values), **self.experiment.env}
         timings: dict[str, float] = {}

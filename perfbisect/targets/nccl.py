@@ -121,9 +121,32 @@ def on_host(host: Host, local: Path, version: str, cuda_major: int) -> str:
     return remote
 
 
-def delivery(path: str) -> dict[str, str]:
+def torch_shadow(host: Host, library: str) -> str:
+    """A directory holding ``nvidia/nccl/lib/libnccl.so.2`` -> ``library``. torch loads the
+    NCCL of its nvidia-nccl wheel by path (searching ``sys.path`` for that layout), so
+    LD_PRELOAD alone leaves two libnccl copies mapped; first on PYTHONPATH, this one is found
+    first. (Only the file search sees it: ``import nvidia`` still finds the real package.)"""
+    import hashlib
+
+    key = hashlib.sha256(library.encode()).hexdigest()[:12]
+    root = f"{host.cache_dir()}/nccl-shadow/{key}"
+    lib_dir = f"{root}/nvidia/nccl/lib"
+    result = host.run(
+        ["sh", "-c", 'mkdir -p "$1" && ln -sfn "$2" "$1/libnccl.so.2"', "shadow", lib_dir, library],
+        timeout_s=30,
+    )
+    if not result.ok:
+        raise StepFailed("nccl", f"cannot prepare {lib_dir} on {host.address}: {result.tail(3)}")
+    return root
+
+
+def delivery(path: str, shadow: str, pythonpath: str | None) -> dict[str, str]:
     """What every launch of this configuration gets on its command line."""
-    return {"LD_PRELOAD": path, "SGLANG_NCCL_SO_PATH": path}
+    return {
+        "LD_PRELOAD": path,
+        "SGLANG_NCCL_SO_PATH": path,
+        "PYTHONPATH": f"{shadow}:{pythonpath}" if pythonpath else shadow,
+    }
 
 
 SHELLS = {"sh", "bash", "dash", "zsh", "fish", "ksh", "tmux", "env", "timeout", "setsid"}
