@@ -117,6 +117,16 @@ class PatchSpec:
 
 
 @dataclass(frozen=True)
+class DriverSettings:
+    """``[axes.driver]``: versions in search order, and how a configuration gets its driver."""
+
+    values: tuple[str, ...]
+    hosts: Mapping[str, str] = field(default_factory=dict)  # version -> host address
+    switch: str | None = None  # hook run on the host; {driver} is the version
+    wait_s: float = 900.0  # how long to wait for the host to come back with it
+
+
+@dataclass(frozen=True)
 class TargetSpec:
     kind: str
     options: Mapping[str, Any]
@@ -154,6 +164,7 @@ class Experiment:
     patches: tuple[PatchSpec, ...] = ()
     nccl: tuple[str, ...] = ()  # [axes.nccl] values: versions (or library paths), in order
     nccl_cuda: int | None = None  # CUDA major of the wheels; None: the host's driver says
+    driver: DriverSettings | None = None
     host: HostSettings = field(default_factory=HostSettings)
     launch: LaunchSettings = field(default_factory=LaunchSettings)
 
@@ -168,6 +179,7 @@ class Experiment:
     def axis_names(self) -> list[str]:
         names = ["commit"] if self.target.repo is not None else []
         extra = (["patches"] if self.patches else []) + (["nccl"] if self.nccl else [])
+        extra += ["driver"] if self.driver else []
         return [*names, *extra, *(a.name for a in self.custom_axes), "launch"]
 
     def custom_axis(self, name: str) -> CustomAxisSpec | None:
@@ -317,6 +329,7 @@ def parse_experiment(doc: Mapping[str, Any], path: Path, text: str) -> Experimen
     custom = _parse_custom_axes(check, axes_table)
     patches = _parse_patches(check, axes_table, path)
     nccl, nccl_cuda = _parse_nccl(check, axes_table, path)
+    driver = _parse_driver(check, axes_table)
     if patches and repo is None:
         raise check.fail(("axes",), "patches", "needs [target] repo (patches apply to a checkout)")
 
@@ -341,6 +354,7 @@ def parse_experiment(doc: Mapping[str, Any], path: Path, text: str) -> Experimen
         patches=patches,
         nccl=nccl,
         nccl_cuda=nccl_cuda,
+        driver=driver,
         host=_parse_host(check, doc, path),
         launch=_parse_launch(check, doc),
     )
@@ -387,9 +401,9 @@ def _parse_launch(check: _Checker, doc: Mapping[str, Any]) -> LaunchSettings:
 
 def _parse_custom_axes(check: _Checker, axes: Mapping[str, Any]) -> tuple[CustomAxisSpec, ...]:
     for key in axes:
-        if key not in ("custom", "patches", "nccl"):
+        if key not in ("custom", "patches", "nccl", "driver"):
             raise check.fail(
-                ("axes",), key, "unknown axis kind here (known: custom, patches, nccl)"
+                ("axes",), key, "unknown axis kind here (known: custom, patches, nccl, driver)"
             )
     custom_table = check.table(axes, ("axes", "custom"), required=False)
     result = []
@@ -500,3 +514,33 @@ def _parse_nccl(
     if cuda is not None and cuda not in (12, 13):
         raise check.fail(where, "cuda", "must be 12 or 13 (the nvidia-nccl-cu12/cu13 wheels)")
     return tuple(resolved), cuda
+
+
+def _parse_driver(check: _Checker, axes: Mapping[str, Any]) -> DriverSettings | None:
+    table = check.table(axes, ("axes", "driver"), required=False)
+    if not table:
+        return None
+    where = ("axes", "driver")
+    check.check(
+        table,
+        where,
+        {
+            "values": ((list,), True),
+            "hosts": ((dict,), False),
+            "switch": ((str,), False),
+            "wait_s": (_NUMBER, False),
+        },
+    )
+    values = table["values"]
+    if len(values) < 2 or not all(isinstance(v, str) and v for v in values):
+        raise check.fail(where, "values", "must list at least two driver versions")
+    hosts = table.get("hosts", {})
+    for version, address in hosts.items():
+        if version not in values:
+            raise check.fail(where, "hosts", f"version {version!r} is not in values")
+        if not isinstance(address, str) or not address.startswith(("ssh://", "local")):
+            raise check.fail(where, "hosts", f"{version}: expected 'local' or ssh://...")
+    switch = table.get("switch")
+    if not hosts and not switch:
+        raise check.fail(where, None, 'needs [axes.driver.hosts] or switch = "...{driver}..."')
+    return DriverSettings(tuple(values), dict(hosts), switch, float(table.get("wait_s", 900.0)))

@@ -14,6 +14,7 @@ from perfbisect.targets.gitrepo import GitRepo
 LAUNCH_AXIS = "launch"
 PATCHES_AXIS = "patches"
 NCCL_AXIS = "nccl"
+DRIVER_AXIS = "driver"
 
 
 def _patch_value(given: str, experiment: Experiment, text: str, which: str) -> str:
@@ -65,6 +66,14 @@ def resolve_spec(
         values[COMMIT_AXIS] = repo.resolve(given[COMMIT_AXIS])
     if PATCHES_AXIS in given:
         values[PATCHES_AXIS] = _patch_value(given[PATCHES_AXIS], experiment, text, which)
+    if DRIVER_AXIS in given:
+        listed = experiment.driver.values if experiment.driver else ()
+        if given[DRIVER_AXIS] not in listed:
+            raise UsageError(
+                f"--{which} {text!r}: driver {given[DRIVER_AXIS]!r} is not listed in "
+                f"[axes.driver] ({', '.join(listed) or 'none'})"
+            )
+        values[DRIVER_AXIS] = given[DRIVER_AXIS]
     if NCCL_AXIS in given:
         if given[NCCL_AXIS] not in experiment.nccl:
             raise UsageError(
@@ -96,8 +105,9 @@ def resolve_endpoints(good_text: str, bad_text: str, experiment: Experiment) -> 
     bad = resolve_spec(bad_text, experiment, repo, "bad")
     # The launch method is part of a configuration only when a spec names it; the other
     # endpoint then uses the experiment's default method.
-    if (good.get(NCCL_AXIS) is None) != (bad.get(NCCL_AXIS) is None):
-        raise UsageError("name the NCCL version in both --good and --bad (nccl=...)")
+    for axis in (NCCL_AXIS, DRIVER_AXIS):
+        if (good.get(axis) is None) != (bad.get(axis) is None):
+            raise UsageError(f"name the {axis} value in both --good and --bad ({axis}=...)")
     for axis, default in ((LAUNCH_AXIS, experiment.launch.method), (PATCHES_AXIS, "")):
         # An axis named by one spec only: the other endpoint takes its default value.
         if (good.get(axis) is None) != (bad.get(axis) is None):
@@ -129,16 +139,10 @@ def _plan(
                 "--good's patches must be a subset of --bad's (the search adds patches)"
             )
         return AxisPlan(axis, "set", (g, b), tuple(t for t in want if t not in have))
-    if axis == NCCL_AXIS:  # ordered as listed
-        i, j = experiment.nccl.index(g), experiment.nccl.index(b)
-        step = 1 if j >= i else -1
-        return AxisPlan(
-            axis,
-            "path",
-            tuple(
-                experiment.nccl[i : j + step : step] if j + step >= 0 else experiment.nccl[i::step]
-            ),
-        )
+    if axis in (NCCL_AXIS, DRIVER_AXIS):  # ordered as listed
+        driver = experiment.driver.values if experiment.driver else ()
+        listed = experiment.nccl if axis == NCCL_AXIS else driver
+        return AxisPlan(axis, "path", tuple(AxisValues(axis, listed, True).segment(g, b)))
     spec = experiment.custom_axis(axis)
     if spec is None:  # launch: categorical
         return AxisPlan(axis, "path", (g, b))

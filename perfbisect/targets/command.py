@@ -24,12 +24,13 @@ from perfbisect.config import COMMIT_AXIS, Configuration
 from perfbisect.errors import StepFailed
 from perfbisect.experiment import Experiment
 from perfbisect.hosts.base import Host, HostProcess
-from perfbisect.hosts.registry import open_experiment_host
+from perfbisect.hosts.registry import open_experiment_host, open_host
 from perfbisect.launch.base import LaunchSpec, launch_options, make_launcher
 from perfbisect.probes.hardware import gpu_memory_used, hardware_snapshot
 from perfbisect.redact import redact_env, redact_text
 from perfbisect.targets import nccl
 from perfbisect.targets.base import BuildInfo, Measurement
+from perfbisect.targets.driver import ensure_driver
 from perfbisect.targets.gitrepo import GitRepo
 from perfbisect.targets.readiness import wait_ready
 from perfbisect.targets.sync import sync_tree
@@ -69,6 +70,8 @@ class CommandTarget:
         self.experiment = experiment
         self.options = experiment.target.options
         self.host = host or open_experiment_host(experiment)
+        self._default_host = self.host
+        self._hosts: dict[str, Host] = {}
         self.worktree_root = cache_dir / "worktrees"
         self.repo = GitRepo(experiment.target.repo) if experiment.target.repo else None
         self.pattern = experiment.metric.regex
@@ -76,7 +79,26 @@ class CommandTarget:
         self._delivery: dict[str, str] = {}  # per launch: the nccl axis's LD_PRELOAD
 
     def close(self) -> None:
-        self.host.close()
+        for host in {id(h): h for h in [self.host, *self._hosts.values()]}.values():
+            host.close()
+
+    def _host_for(self, config: Configuration) -> Host:
+        """The host of this configuration: the driver axis may map its version to one."""
+        driver = self.experiment.driver
+        version = config.get("driver")
+        if driver is None or version is None or version not in driver.hosts:
+            return self._default_host
+        address = driver.hosts[version]
+        if address not in self._hosts:
+            settings = self.experiment.host
+            self._hosts[address] = open_host(
+                address,
+                ssh_config=settings.ssh_config,
+                known_hosts=settings.known_hosts,
+                accept_new_host_key=settings.accept_new_host_key,
+                retry_s=settings.retry_s,
+            )
+        return self._hosts[address]
 
     # ---- environment and placeholders -------------------------------------------------------
 
@@ -248,6 +270,16 @@ class CommandTarget:
         stage = on_stage or (lambda _name: None)
         logs = Path(log_dir)
         logs.mkdir(parents=True, exist_ok=True)
+        self.host = self._host_for(config)
+        notes: list[str] = []
+        if config.get("driver") and self.experiment.driver:
+            stage("driver")
+            settings = self.experiment.driver
+            notes.append(
+                ensure_driver(
+                    self.host, config.get("driver") or "", settings.switch, settings.wait_s
+                )
+            )
         stage("checkout")
         worktree = self._worktree(config)
         port = self.host.free_port()
@@ -268,7 +300,6 @@ class CommandTarget:
         gpu_before = gpu_memory_used(snapshot)
 
         server: HostProcess | None = None
-        notes: list[str] = []
         try:
             if "serve" in self.options:
                 stage("serve")
@@ -310,7 +341,7 @@ class CommandTarget:
                 )
         finally:
             if server is not None:
-                notes = list(server.notes)
+                notes.extend(server.notes)
                 self._teardown(server, logs, port, gpu_before)
         snapshot.update(
             {
