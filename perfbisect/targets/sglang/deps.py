@@ -1,0 +1,71 @@
+"""What an SGLang checkout installs, and the hash that keys its dependency environment.
+
+Up to 0.5.2 the runtime dependencies sit in extras (``pip install -e "python[all]"``, where
+``all`` pulls ``srt`` which pulls ``runtime_common``); from 0.5.3 they are the project's own
+dependencies (``pip install -e python``). The environment is keyed by the sorted, normalised
+requirement set, so stepping between commits whose pins are equal costs no reinstall.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+from dataclasses import dataclass
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from perfbisect.errors import StepFailed
+
+_EXTRA_REF = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*\[([^\]]+)\]\s*$")
+
+
+@dataclass(frozen=True)
+class InstallPlan:
+    target: str  # what to pass to `pip install -e`, relative to the checkout
+    requirements: tuple[str, ...]
+    digest: str  # keys the dependency environment
+    version_from_git: bool  # needs SETUPTOOLS_SCM_PRETEND_VERSION in a tagless worktree
+
+
+def _normalise(requirement: str) -> str:
+    return re.sub(r"\s+", "", requirement).lower()
+
+
+def _closure(optional: dict[str, list[str]], extra: str, name: str, seen: set[str]) -> list[str]:
+    """The requirements of ``extra``, with the project's own ``name[other]`` references expanded."""
+    if extra in seen:
+        return []
+    seen.add(extra)
+    out = []
+    for requirement in optional.get(extra, []):
+        ref = _EXTRA_REF.match(requirement)
+        if ref and ref.group(1).lower().replace("_", "-") == name:
+            for other in ref.group(2).split(","):
+                out += _closure(optional, other.strip(), name, seen)
+        else:
+            out.append(requirement)
+    return out
+
+
+def install_plan(pyproject_text: str, where: str = "python/pyproject.toml") -> InstallPlan:
+    try:
+        data = tomllib.loads(pyproject_text)
+        project = data["project"]
+        name = str(project["name"]).lower().replace("_", "-")
+    except (tomllib.TOMLDecodeError, KeyError) as exc:
+        raise StepFailed("build", f"{where} is not an SGLang project file ({exc})") from None
+    optional = {k.lower(): list(v) for k, v in project.get("optional-dependencies", {}).items()}
+    requirements = list(project.get("dependencies", []))
+    target = "python"
+    if "srt" in optional and "all" in optional:  # the layout before 0.5.3
+        requirements += _closure(optional, "all", name, set())
+        target = "python[all]"
+    normalised = tuple(sorted({_normalise(r) for r in requirements}))
+    digest = hashlib.sha256("\n".join(normalised).encode()).hexdigest()[:16]
+    dynamic = project.get("dynamic", [])
+    scm = "setuptools_scm" in data.get("tool", {}) or "setuptools-scm" in pyproject_text
+    return InstallPlan(target, normalised, digest, "version" in dynamic and scm)
