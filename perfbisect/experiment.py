@@ -60,9 +60,31 @@ TARGET_SCHEMAS: dict[str, _Schema] = {
         "prompt": ((int,), False),
         "timeout_s": (_NUMBER, False),
     },
+    # An SGLang checkout (the commit axis) served with EAGLE-3 speculative decoding.
+    "sglang": {
+        "kind": ((str,), True),
+        "repo": ((str,), True),
+        "model": ((str,), True),
+        "draft_model": ((str,), True),
+        "tp": ((int,), False),
+        "speculative_num_steps": ((int,), False),
+        "speculative_eagle_topk": ((int,), False),
+        "speculative_num_draft_tokens": ((int,), False),
+        "extra_args": ((list,), False),
+        "python": ((str,), False),
+        "pip_args": ((list,), False),
+        "requests": ((int,), False),
+        "concurrency": ((int,), False),
+        "max_new_tokens": ((int,), False),
+        "warmup_requests": ((int,), False),
+        "timeout_s": (_NUMBER, False),
+    },
 }
 # Kinds whose samples do not come from a user pattern: [metric] may be left out.
-DEFAULT_METRICS = {"reference": ("verify_ms", r"verify_ms=([0-9.]+)")}
+DEFAULT_METRICS = {
+    "reference": ("verify_ms", r"verify_ms=([0-9.]+)"),
+    "sglang": ("verify_ms", r"verify_ms=([0-9.]+)"),
+}
 METRIC_SCHEMA: _Schema = {
     "name": ((str,), True),
     "pattern": ((str,), True),

@@ -126,6 +126,23 @@ def start(
     )
 
 
+def dry_run(*, experiment_path: Path, good: str, bad: str) -> dict[str, Any]:
+    """What the first launch would run on the host (checks everything, stores nothing)."""
+    experiment = load_experiment(experiment_path)
+    endpoints = resolve_endpoints(good, bad, experiment)
+    target = make_target(experiment, cache_dir())
+    try:
+        first = endpoints.path[0]
+        return {
+            "configuration": first.as_dict(),
+            "path_length": len(endpoints.path),
+            "axes": [p.name for p in endpoints.plans],
+            "commands": target.describe(first),
+        }
+    finally:
+        target.close()
+
+
 def resume(store: Store, ref: str | None, progress: Progress | None = None) -> dict[str, Any]:
     row = find_session(store, ref)
     records.claim_existing_session(store, row.id)

@@ -54,8 +54,18 @@ def start(
     name: str | None = typer.Option(None, "--name", help="A name for the session."),
     as_json: bool = JSON,
     plot: str | None = typer.Option(None, "--plot", help="Also write a PNG plot here."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print what the first launch would run on the host; run nothing."
+    ),
 ) -> None:
     """Reproduce the endpoints, bisect between them, verify the culprit."""
+    if dry_run:
+        from perfbisect.bisect.session import dry_run as plan
+        from perfbisect.cli.render import render_dry_run
+
+        result = plan(experiment_path=config, good=good, bad=bad)
+        emit_json(result) if as_json else render_dry_run(result)
+        return
     from perfbisect.bisect.session import SearchOptions
     from perfbisect.bisect.session import start as start_session
     from perfbisect.errors import UsageError

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 STATUS_STYLE = {
@@ -225,3 +226,17 @@ def write_plot(report: dict[str, Any], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def render_dry_run(result: dict[str, Any], console: Console | None = None) -> None:
+    """Every command of the first launch, in order, as a person would check them."""
+    console = console or Console(soft_wrap=True)
+    console.print(f"[bold]first configuration:[/] {_cfg(result['configuration'])}")
+    console.print(
+        f"path: {result['path_length']} configurations; axes: {', '.join(result['axes'])}"
+    )
+    for stage, command in result["commands"].items():
+        lines = command if isinstance(command, list) else [command]
+        for line in lines:
+            # Commands contain brackets (python[all]) that rich would read as markup.
+            console.print(f"[cyan]{stage}:[/] {escape(str(line))}", highlight=False)

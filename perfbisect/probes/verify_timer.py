@@ -8,6 +8,7 @@ turns those into samples: one per cycle, the slowest rank's time (a TP cycle wai
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -58,3 +59,23 @@ def per_cycle_ms(records: Sequence[VerifyRecord]) -> list[float]:
 
 def graph_fraction(records: Sequence[VerifyRecord]) -> float:
     return sum(r.graph for r in records) / len(records) if records else 0.0
+
+
+_ACCEPT = re.compile(r"accept_length=([0-9.]+)")
+_TOKENS = re.compile(r"tokens_per_s=([0-9.]+)")
+
+
+def verify_samples(output: str) -> tuple[list[float], list[str]]:
+    """Samples (one per cycle) and notes from a measure stage's output: ``verify {...}`` lines
+    plus an optional ``summary ... accept_length=A tokens_per_s=T`` line."""
+    records = parse_lines(output.splitlines())
+    notes = []
+    if records:
+        notes.append(f"verify in CUDA graphs: {graph_fraction(records):.0%} of cycles")
+    accept = _ACCEPT.search(output)
+    if accept:
+        notes.append(f"accept length {float(accept.group(1)):.2f}")
+    tokens = _TOKENS.search(output)
+    if tokens:
+        notes.append(f"client tokens/s {float(tokens.group(1)):.1f}")
+    return per_cycle_ms(records), notes

@@ -19,4 +19,8 @@ def make_target(experiment: Experiment, cache_dir: Path) -> Target:
         from perfbisect.targets.reference.target import ReferenceTarget
 
         return ReferenceTarget(experiment, cache_dir)
+    if kind == "sglang":
+        from perfbisect.targets.sglang.target import SglangTarget
+
+        return SglangTarget(experiment, cache_dir)
     raise ExperimentError(f"{experiment.path}: target kind {kind!r} is not available")

@@ -3,7 +3,6 @@ command pipeline (host, launch methods, teardown checks), with per-cycle verify 
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import replace
@@ -13,11 +12,10 @@ from typing import Any
 from perfbisect.config import Configuration
 from perfbisect.experiment import Experiment, TargetSpec
 from perfbisect.hosts.base import Host
-from perfbisect.probes.verify_timer import graph_fraction, parse_lines, per_cycle_ms
+from perfbisect.probes.verify_timer import verify_samples
 from perfbisect.targets.command import PLACEHOLDER, CommandTarget
 
 SERVER = Path(__file__).with_name("server.py")
-SUMMARY = re.compile(r"accept_length=([0-9.]+)")
 SERVER_FLAGS = ("tp", "device", "layers", "hidden", "heads", "draft_tokens", "max_seq", "threads")
 
 
@@ -74,15 +72,7 @@ class ReferenceTarget(CommandTarget):
         return shlex.quote(path)
 
     def _samples(self, output: str) -> tuple[list[float], list[str]]:
-        records = parse_lines(output.splitlines())
-        notes = []
-        if records:
-            fraction = graph_fraction(records)
-            notes.append(f"verify in CUDA graphs: {fraction:.0%} of cycles")
-        accept = SUMMARY.search(output)
-        if accept:
-            notes.append(f"accept length {float(accept.group(1)):.2f}")
-        return per_cycle_ms(records), notes
+        return verify_samples(output)
 
     def _sample_source(self) -> str:
         return "no verify timing lines"

@@ -1,0 +1,75 @@
+"""The server command for one SGLang commit, with the flags its version understands."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from perfbisect.errors import StepFailed
+
+FIRST_EAGLE3 = Version("0.4.4.post3")
+READY_LINE = "The server is fired up and ready to roll!"
+# version.py up to 0.5.x; setuptools-scm's _version.py (`__version__ = version = '0.5.9'`) later
+_VERSION_PY = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""")
+
+
+def checkout_version(pyproject_text: str, version_py: str | None) -> Version | None:
+    """The version a checkout declares (``[project] version``, else ``sglang/version.py``)."""
+    match = re.search(r'(?m)^version\s*=\s*"([^"]+)"', pyproject_text)
+    found = match.group(1) if match else None
+    if found is None and version_py:
+        py = _VERSION_PY.search(version_py)
+        found = py.group(1) if py else None
+    if found is None:
+        return None
+    try:
+        version = Version(found)
+    except InvalidVersion:
+        return None
+    # A placeholder ("0.0.0.dev0" when setuptools-scm found no tag) says nothing.
+    return None if version.release[:3] == (0, 0, 0) else version
+
+
+def server_argv(
+    python: str, version: Version | None, options: Mapping[str, Any], port: str
+) -> list[str]:
+    """``python -m sglang.launch_server`` with EAGLE-3 speculative decoding and TP."""
+    if version is not None and version < FIRST_EAGLE3:
+        raise StepFailed(
+            "build",
+            f"SGLang {version} has no EAGLE-3 (it arrived in {FIRST_EAGLE3}): pick a later commit",
+        )
+    argv = [
+        python,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(options["model"]),
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        str(options["draft_model"]),
+        "--speculative-num-steps",
+        str(options.get("speculative_num_steps", 3)),
+        "--speculative-eagle-topk",
+        str(options.get("speculative_eagle_topk", 1)),
+        "--speculative-num-draft-tokens",
+        str(options.get("speculative_num_draft_tokens", 4)),
+        "--tp-size",
+        str(options.get("tp", 1)),  # never the prefix --tp
+        "--host",
+        "127.0.0.1",
+        "--port",
+        port,
+    ]
+    extra: Sequence[Any] = options.get("extra_args", [])
+    return argv + [str(a) for a in extra]
+
+
+def shell_command(argv: Sequence[str]) -> str:
+    """Quoted, but placeholders like ``{port}`` left for substitution."""
+    return " ".join(a if a.startswith("{") and a.endswith("}") else shlex.quote(a) for a in argv)
