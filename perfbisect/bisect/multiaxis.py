@@ -129,7 +129,6 @@ class MultiAxisEngine(Engine):
         self.plans = {p.name: p for p in plans}
         self.attribution: list[AttributionRow] = []
         self.culprit_sets: list[tuple[str, ...]] = []
-        self.partial: set[str] = set()  # culprit axes whose step is below the main threshold
         self._positions = {good.fingerprint: 0, bad.fingerprint: 1}
         super().__init__([good, bad], policy, threshold)
 
@@ -244,7 +243,6 @@ class MultiAxisEngine(Engine):
                     continue
                 position = self._position(self._config([axis]))
                 if position in self.launches and (yield from self._level_gap(0, position)):
-                    self.partial.add(axis)
                     bad_alone.append(axis)
             return [[a] for a in differing if a in bad_alone]
 
