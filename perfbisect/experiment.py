@@ -24,6 +24,7 @@ else:  # pragma: no cover
 
 DEFAULT_EXPERIMENT = "perfbisect.toml"
 AXIS_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+NCCL_VERSION = re.compile(r"^\d+\.\d+\.\d+(\.post\d+)?$")  # else an [axes.nccl] value is a path
 RESERVED_AXES = {"commit", "patches", "nccl", "driver", "launch", "port", "worktree"}
 
 # Key -> (accepted python types, required). Numbers accept int and float.
@@ -521,7 +522,7 @@ def _parse_nccl(
         raise check.fail(where, "values", "must list at least two versions (or library paths)")
     resolved = []
     for value in values:
-        if re.match(r"^\d+\.\d+\.\d+(\.post\d+)?$", value):
+        if NCCL_VERSION.match(value):
             resolved.append(value)
             continue
         file = (path.parent / value).expanduser().resolve()

@@ -76,7 +76,6 @@ class CommandTarget:
         self.repo = GitRepo(experiment.target.repo) if experiment.target.repo else None
         self.pattern = experiment.metric.regex
         self._cuda: int | None = None
-        self._delivery: dict[str, str] = {}  # per launch: the nccl axis's LD_PRELOAD
 
     def close(self) -> None:
         for host in {id(h): h for h in [self.host, *self._hosts.values()]}.values():
@@ -217,10 +216,15 @@ class CommandTarget:
         if not version:
             return None
         cuda = self._cuda_major()
-        return nccl.on_host(self.host, nccl.materialise(version, cuda), version, cuda)
+        return nccl.on_host(self.host, nccl.materialise(version, cuda), cuda)
 
     def _serve(
-        self, config: Configuration, worktree: str, values: Mapping[str, str], logs: Path
+        self,
+        config: Configuration,
+        worktree: str,
+        values: Mapping[str, str],
+        logs: Path,
+        delivery: Mapping[str, str],
     ) -> HostProcess:
         tag = uuid.uuid4().hex[:10]
         log_path = (
@@ -234,7 +238,7 @@ class CommandTarget:
             log_path=log_path,
             tag=tag,
             tuning_env=dict(self.experiment.env),
-            plain_env={**self._plain_env(values), **self._delivery},
+            plain_env={**self._plain_env(values), **delivery},
         )
         launcher = make_launcher(self._method(config), launch_options(self.experiment))
         return launcher.start(self.host, spec)
@@ -285,11 +289,11 @@ class CommandTarget:
         port = self.host.free_port()
         values = self._values(config, worktree, port)
         library = self._nccl_library(config)
-        self._delivery = {}
+        delivery: dict[str, str] = {}  # the nccl axis's library, for the served processes only
         if library:
             pythonpath = os.environ.get("PYTHONPATH") if self.host.is_local else None
             shadow = nccl.torch_shadow(self.host, library)
-            self._delivery = nccl.delivery(library, shadow, pythonpath)
+            delivery = nccl.delivery(library, shadow, pythonpath)
         # Build and measure do not get the NCCL library: only the served processes run NCCL.
         env = {**self._plain_env(values), **self.experiment.env}
         timings: dict[str, float] = {}
@@ -304,7 +308,7 @@ class CommandTarget:
             if "serve" in self.options:
                 stage("serve")
                 t0 = time.monotonic()
-                server = self._serve(config, worktree, values, logs)
+                server = self._serve(config, worktree, values, logs, delivery)
                 ready = self.options.get("ready")
                 wait_ready(
                     self.host,

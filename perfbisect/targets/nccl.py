@@ -13,7 +13,6 @@ measured, which is an error, never a silent result.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -22,10 +21,10 @@ import zipfile
 from pathlib import Path
 
 from perfbisect.errors import StepFailed
+from perfbisect.experiment import NCCL_VERSION
 from perfbisect.hosts.base import Host, HostProcess
 from perfbisect.paths import cache_dir
 
-VERSION = re.compile(r"^\d+\.\d+\.\d+(\.post\d+)?$")
 _GET_VERSION = (
     "import ctypes, sys\n"
     "lib = ctypes.CDLL(sys.argv[1])\n"
@@ -54,7 +53,7 @@ def library_version(path: Path | str, python: str = sys.executable) -> str:
 
 def materialise(version: str, cuda_major: int) -> Path:
     """The local path of NCCL ``version`` for CUDA ``cuda_major`` (downloaded once)."""
-    if not VERSION.match(version):
+    if not NCCL_VERSION.match(version):
         path = Path(version).expanduser()
         if path.is_file():
             return path
@@ -110,7 +109,7 @@ def materialise(version: str, cuda_major: int) -> Path:
     return target
 
 
-def on_host(host: Host, local: Path, version: str, cuda_major: int) -> str:
+def on_host(host: Host, local: Path, cuda_major: int) -> str:
     """The library's path on ``host`` (copied there once)."""
     if host.is_local:
         return str(local.resolve())

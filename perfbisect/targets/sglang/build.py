@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from pathlib import Path
 
 from perfbisect.errors import StepFailed
 from perfbisect.hosts.base import Host
@@ -79,8 +78,4 @@ def build(
 
 
 def envs_root(host: Host) -> str:
-    return (
-        str(Path(host.cache_dir()) / "sglang-envs")
-        if host.is_local
-        else f"{host.cache_dir()}/sglang-envs"
-    )
+    return f"{host.cache_dir()}/sglang-envs"
