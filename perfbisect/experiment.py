@@ -64,7 +64,11 @@ TARGET_SCHEMAS: dict[str, _Schema] = {
     # An SGLang checkout (the commit axis) served with EAGLE-3 speculative decoding.
     "sglang": {
         "kind": ((str,), True),
-        "repo": ((str,), True),
+        "repo": ((str,), False),  # required unless build = "installed"
+        "build": ((str,), False),  # "editable" (the commit's checkout) or "installed"
+        "ready": ((str,), False),  # "health" (/health_generate) or "log" (the ready line)
+        "axis_args": ((dict,), False),  # {axis: {value: [server args]}}
+        "prompts": ((str,), False),
         "model": ((str,), True),
         "draft_model": ((str,), True),
         "tp": ((int,), False),
@@ -355,6 +359,8 @@ def parse_experiment(doc: Mapping[str, Any], path: Path, text: str) -> Experimen
     driver = _parse_driver(check, axes_table)
     if patches and repo is None:
         raise check.fail(("axes",), "patches", "needs [target] repo (patches apply to a checkout)")
+    if kind == "sglang":
+        _check_sglang(check, target, repo, custom, path)
 
     env_table = check.table(doc, ("env",), required=False)
     env: dict[str, str] = {}
@@ -420,6 +426,47 @@ def _parse_launch(check: _Checker, doc: Mapping[str, Any]) -> LaunchSettings:
         ssh_address=str(table.get("ssh_address", "ssh://localhost")),
         python=str(table.get("python", "python3")),
     )
+
+
+SGLANG_BUILDS = ("editable", "installed")
+SGLANG_READY = ("health", "log")
+
+
+def _check_sglang(
+    check: _Checker,
+    target: Mapping[str, Any],
+    repo: Path | None,
+    custom: tuple[CustomAxisSpec, ...],
+    path: Path,
+) -> None:
+    build = target.get("build", "editable")
+    if build not in SGLANG_BUILDS:
+        raise check.fail(("target",), "build", f"must be one of {', '.join(SGLANG_BUILDS)}")
+    if build == "editable" and repo is None:
+        raise check.fail(
+            ("target",), "repo", 'missing: the SGLang checkout (or build = "installed")'
+        )
+    if target.get("ready", "health") not in SGLANG_READY:
+        raise check.fail(("target",), "ready", f"must be one of {', '.join(SGLANG_READY)}")
+    if "prompts" in target and not (path.parent / str(target["prompts"])).is_file():
+        raise check.fail(("target",), "prompts", f"file {target['prompts']} does not exist")
+    axes = {a.name: a for a in custom}
+    for axis, table in dict(target.get("axis_args", {})).items():
+        if axis not in axes:
+            raise check.fail(
+                ("target", "axis_args"), axis, "is not a custom axis of this experiment"
+            )
+        if not isinstance(table, dict):
+            raise check.fail(("target", "axis_args"), axis, "must map axis values to arg lists")
+        for value, args in table.items():
+            if value not in axes[axis].values:
+                raise check.fail(
+                    ("target", "axis_args", axis),
+                    value,
+                    f"is not a value of axis {axis!r} (listed: {', '.join(axes[axis].values)})",
+                )
+            if not isinstance(args, list) or not all(isinstance(a, (str, int)) for a in args):
+                raise check.fail(("target", "axis_args", axis), value, "must be a list of args")
 
 
 def _parse_custom_axes(check: _Checker, axes: Mapping[str, Any]) -> tuple[CustomAxisSpec, ...]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -17,6 +18,12 @@ from pathlib import Path
 import pytest
 
 from perfbisect.hosts.local import LocalHost
+from perfbisect.targets.sglang.server_log import (
+    READY_LINE,
+    decode_stats,
+    log_notes,
+    nccl_version,
+)
 from perfbisect.targets.sglang.timer import install_timer
 from perfbisect.targets.sglang.verify_timer_boot import graph_flag
 
@@ -226,3 +233,57 @@ def test_released_sglang_matches_what_the_timer_and_launcher_assume(
         field = flag[2:].replace("-", "_")
         assert f'"{flag}"' in declarations or f"    {field}:" in declarations, (version, flag)
     assert "EAGLE3" in declarations
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", VERSIONS)
+def test_released_sglang_logs_what_the_parsers_read(sglang_wheels: Path, version: str) -> None:
+    """The log and server-info formats perfbisect parses, in each version's own source."""
+    srt = _sources(sglang_wheels, version, ("sglang/srt/",))
+    assert READY_LINE in srt
+    assert '"sglang is using nccl==%s"' in srt
+    assert "Decode batch" in srt and "accept len: {spec_accept_length:.2f}, " in srt
+    assert "gen throughput (token/s): {self.last_gen_throughput:.2f}, " in srt
+    # The graph label is "cuda graph" on NVIDIA in every version: a literal in 0.4, a choice by
+    # device later (an expression, a lambda, `_graph_backend_label`), always before the flag.
+    assert ": {can_run_cuda_graph}, " in srt
+    assert "cuda graph: {can_run_cuda_graph}" in srt or re.search(r"""["']cuda graph["']""", srt)
+    assert "avg_spec_accept_length" in srt
+    server = _source(sglang_wheels, version, "sglang/srt/entrypoints/http_server.py")
+    assert '"/get_server_info"' in server or '"/server_info"' in server
+
+
+# One decode-batch line in each format, as those versions print it (see server_log.py).
+DECODE_LINES = {
+    "0.4.6": "[2026-11-30 07:00:01 TP0] Decode batch. #running-req: 4, #token: 812, token usage: "
+    "0.01, accept len: 3.17, cuda graph: True, gen throughput (token/s): 612.54, #queue-req: 0",
+    "0.5.2": "[2026-11-30 07:00:02 TP0] Decode batch. #running-req: 4, #token: 812, token usage: "
+    "0.01, accept len: 2.83, cuda graph: False, gen throughput (token/s): 301.10, #queue-req: 0",
+    "0.5.9": "[2026-11-30 07:00:03 TP0] Decode batch, #running-req: 4, #token: 812, token usage: "
+    "0.01, accept len: 3.50, accept rate: 0.83, cuda graph: True, gen throughput (token/s): "
+    "640.00, #queue-req: 0",
+    "0.5.23": "[2026-11-30 07:00:04 TP0] Decode batch [118], #running-req: 4, #token: 812, token "
+    "usage: 0.01, accept len: 3.50, accept rate: 0.83, block accept len: 9.99, cuda graph: True, "
+    "gen throughput (token/s): 650.00, #queue-req: 0",
+}
+
+
+def test_decode_log_parser_reads_every_format() -> None:
+    log = "\n".join(
+        [
+            "[2026-11-30 07:00:00] The server is fired up and ready to roll!",
+            "[2026-11-30 07:00:00 TP0] sglang is using nccl==2.21.5",
+            "[2026-11-30 07:00:00 TP0] Prefill batch. #new-seq: 1, #new-token: 12",
+            *DECODE_LINES.values(),
+        ]
+    )
+    stats = decode_stats(log)
+    assert stats.lines == 4
+    assert stats.accept_len == pytest.approx((3.17 + 2.83 + 3.50 + 3.50) / 4)  # not 9.99
+    assert stats.graph_fraction == pytest.approx(0.75)
+    assert stats.gen_tokens_per_s == pytest.approx((612.54 + 301.10 + 640.00 + 650.00) / 4)
+    assert nccl_version(log) == "2.21.5"
+    notes = log_notes(log)
+    assert notes[0] == "server reports NCCL 2.21.5"
+    assert notes[1].startswith("decode log: 4 batches, accept len 3.25, decode in CUDA graphs 75%")
+    assert log_notes("no decode lines here") == []

@@ -5,11 +5,13 @@
 # intended library. Outputs land in $OUT (committed under docs/examples/gpu/).
 set -o pipefail
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
+[ -d .whl ] && { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --upgrade --target /tmp/site .whl/*.whl || exit 1; }  # else installed by an earlier call
+export PYTHONPATH=/tmp/site:$PWD
 export PERFBISECT_DB=/tmp/pbn.db PERFBISECT_CACHE=/tmp/pbncache
 work=/tmp/ncclaxis; mkdir -p $work
-mapfile -t libs < <(find /usr /opt -name 'libnccl.so.2*' -type f 2>/dev/null | sort)
+if [ -n "$NCCL_LIBS" ]; then read -ra libs <<< "$NCCL_LIBS"  # the two to compare, given
+else mapfile -t libs < <(find /usr /opt -name 'libnccl.so.2*' -type f 2>/dev/null | sort); fi
 {
   echo "NCCL libraries on this machine:"
   for lib in "${libs[@]}"; do

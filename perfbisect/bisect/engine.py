@@ -24,6 +24,7 @@ from perfbisect.bisect.stats import (
     NoiseModel,
     Verdict,
     classify,
+    core_launches,
     difference,
     estimate,
     median,
@@ -234,8 +235,11 @@ class Engine:
             batch = []
         self._pending = batch
 
+    def _core(self, values: Sequence[float]) -> list[float]:
+        return core_launches(values, self.rel_sd(), self.policy.higher_is_better)
+
     def _estimate(self, values: Sequence[float]) -> Estimate:
-        return estimate(values, self.rel_sd(), self.policy.noise.z)
+        return estimate(self._core(values), self.rel_sd(), self.policy.noise.z)
 
     def _set_verdict(self, position: int, verdict: Verdict, seg: _Segment | None = None) -> None:
         if seg is not None:
@@ -288,6 +292,7 @@ class Engine:
         """``worse`` is worse than ``better`` by at least the minimum effect, significantly,
         also against each side's own spread (launches that disagree prove nothing). ``strict``:
         the whole interval beyond the minimum effect, not only the estimate."""
+        better, worse = self._core(better), self._core(worse)
         rel = max(self.rel_sd(), own_rel_sd(better), own_rel_sd(worse))
         diff = difference(better, worse, rel, self.policy.noise.z)
         if self.policy.higher_is_better:
@@ -344,9 +349,9 @@ class Engine:
                     continue
                 if not (yield from self._level_gap(seg_lo, seg_hi)):
                     continue
-                low, high = self.launches[seg_lo], self.launches[seg_hi]
-                gap = seg.slice(seg_lo, seg_hi, midpoint(median(low), median(high)))
-                found = yield from self._bisect(gap)
+                threshold = midpoint(self._level(seg_lo), self._level(seg_hi))
+                gap = seg.slice(seg_lo, seg_hi, threshold)
+                found = yield from self._bisect(gap, budgeted=True)
                 if found is not None:
                     steps.append(found)
                     queue.append((gap, found))
@@ -356,23 +361,46 @@ class Engine:
         steps.sort(key=lambda c: top.index[c.first_bad.position])
         return unresolved, steps
 
-    def _level_gap(self, a: int, b: int) -> Generator[_Batch, list[LaunchResult], bool]:
+    def _level_gap(
+        self, a: int, b: int, probe: bool = False
+    ) -> Generator[_Batch, list[LaunchResult], bool]:
         """Is ``b`` clearly worse than ``a``? A gap opens a whole new search, so one seen on few
         launches (often the single launch of the good endpoint) is confirmed with interleaved
-        pairs first; single-step searches then rarely pay for a phantom second step."""
-        if not self._clearly_worse(self.launches[a], self.launches[b]):
+        pairs first; single-step searches then rarely pay for a phantom second step. ``probe``:
+        confirm whenever ``b``'s median is worse by the minimum effect, even if the launches so
+        far (one of ``b``, an outlier among ``a``'s) are too few or too spread to show it."""
+        first = self._looks_worse if probe else self._clearly_worse
+        if not first(self.launches[a], self.launches[b]):
             return False
         for _ in range(self.policy.verify_max_pairs):
             yield self._request([a, b], Purpose.VERIFY)
             if a in self.skip_reason or b in self.skip_reason:
                 return False
+            if not self._clearly_worse(self.launches[a], self.launches[b]):
+                return False  # the gap was noise
             # Strict: on one plateau, two ends a few launches each can sit 10% apart by chance,
             # and a phantom gap costs a whole search of points that all sit on its threshold.
-            if not self._clearly_worse(self.launches[a], self.launches[b], strict=True):
-                return False
-            if min(len(self.launches[a]), len(self.launches[b])) >= 3:
+            strict = self._clearly_worse(self.launches[a], self.launches[b], strict=True)
+            if strict and min(len(self.launches[a]), len(self.launches[b])) >= 3:
                 return True
-        return True
+        return self._clearly_worse(self.launches[a], self.launches[b], strict=True)
+
+    def _looks_worse(self, better: Sequence[float], worse: Sequence[float]) -> bool:
+        sign = -1.0 if self.policy.higher_is_better else 1.0
+        better_level, worse_level = self._level_of(better), self._level_of(worse)
+        return sign * (worse_level - better_level) >= self.policy.min_effect * abs(better_level)
+
+    def _level(self, position: int) -> float:
+        return self._level_of(self.launches[position])
+
+    def _level_of(self, values: Sequence[float]) -> float:
+        """A level for deriving a threshold (or a first look at a gap). Outlier launches are
+        slow, so with fewer than three launches the fastest one (the best for higher-is-better
+        metrics) is the least contaminated estimate; from three on, the median of the launches
+        that agree with the best ones."""
+        if len(values) >= 3:
+            return median(self._core(values))
+        return max(values) if self.policy.higher_is_better else min(values)
 
     def _crossing(self, steps: Sequence[Culprit]) -> Culprit:
         """The step whose levels straddle the session threshold, else the largest one."""
@@ -389,7 +417,7 @@ class Engine:
 
     def _worse_by(self, good: Sequence[float], bad: Sequence[float]) -> Difference:
         """How much worse bad is than good, positive = worse, in the metric's unit."""
-        diff = difference(good, bad, self.rel_sd(), self.policy.noise.z)
+        diff = difference(self._core(good), self._core(bad), self.rel_sd(), self.policy.noise.z)
         if self.policy.higher_is_better:
             return Difference(-diff.delta, -diff.hi, -diff.lo)
         return diff
@@ -511,17 +539,20 @@ class Engine:
         lo = max(i for i, v in judged if v is Verdict.GOOD and i < hi)
         return lo, hi
 
-    def _bisect(self, seg: _Segment) -> Generator[_Batch, list[LaunchResult], Culprit | None]:
+    def _bisect(
+        self, seg: _Segment, budgeted: bool = False
+    ) -> Generator[_Batch, list[LaunchResult], Culprit | None]:
         """Binary search of one segment; the verified step, or None after ``_finish`` said why
         (or, for a later segment, when its ends turned out to be one level)."""
         verified: set[tuple[int, int]] = set()
         top = seg is self._top
-        # A later segment gets the launches of an ordinary search of its length and no more:
-        # a level gap that was noise after all shows up as a run of UNCLEAR points.
+        # A level gap's segment gets the launches of an ordinary search of its length and no
+        # more: a gap that was noise after all shows up as a run of UNCLEAR points. (A segment
+        # of its own, like a culprit axis's, has a step that was established before.)
         budget = 3 * (math.ceil(math.log2(max(2, len(seg.order) - 1))) + 3)
         start = self.launch_count
         while True:
-            if not top and self.launch_count - start > budget:
+            if budgeted and self.launch_count - start > budget:
                 return None
             # Segment ends keep their verdicts (a flip ends the search), so the bracket exists.
             i_lo, i_hi = self._bracket(seg)

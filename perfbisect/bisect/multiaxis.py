@@ -31,6 +31,7 @@ from perfbisect.bisect.stats import Verdict, median
 from perfbisect.config import Configuration
 
 SET_SEPARATOR = "+"
+ANCHOR_LAUNCHES = 3  # launches of each end of a culprit axis's search before its threshold
 
 
 @dataclass(frozen=True)
@@ -156,17 +157,23 @@ class MultiAxisEngine(Engine):
             yield from self._evaluate(self._top, position)
         return self._top.verdicts[position]
 
-    def _fails(self, bad_axes: Sequence[str], confirm: bool = False, **override: str) -> _GenBool:
+    def _fails(self, bad_axes: Sequence[str], **override: str) -> _GenBool:
+        """Does this configuration regress? Every answer steers what is measured next (an axis
+        searched for nothing, a ddmin step down the wrong half), and one slow outlier launch
+        can make a good configuration look bad: a BAD verdict on one launch is re-measured,
+        and launches continue while they disagree (up to the policy's maximum)."""
         config = self._config(bad_axes, **override)
         verdict = yield from self._judge(config)
         worse = (Verdict.BAD, Verdict.INTERMEDIATE)
         position = self._position(config)
-        if confirm and verdict in worse and len(self.launches.get(position, [])) == 1:
-            # A ddmin step follows every "fails": one slow outlier launch would send the whole
-            # search down the wrong half. A BAD verdict on one launch is re-measured first.
+        if verdict in worse and len(self.launches.get(position, [])) == 1:
             assert self._top is not None
             yield self._request([position], Purpose.VERIFY)
-            verdict = self._decide(position, self._top) or Verdict.UNCLEAR
+            decided = self._decide(position, self._top)
+            while decided is None and len(self.launches[position]) < self.policy.max_launches:
+                yield self._request([position], Purpose.VERIFY)
+                decided = self._decide(position, self._top)
+            verdict = decided or Verdict.UNCLEAR
             self._set_verdict(position, verdict, self._top)
         return verdict in worse
 
@@ -242,12 +249,12 @@ class MultiAxisEngine(Engine):
                 if axis in bad_alone:
                     continue
                 position = self._position(self._config([axis]))
-                if position in self.launches and (yield from self._level_gap(0, position)):
+                if position in self.launches and (yield from self._level_gap(0, position, True)):
                     bad_alone.append(axis)
             return [[a] for a in differing if a in bad_alone]
 
         def fails(subset: list[str]) -> _GenBool:
-            result = yield from self._fails(subset, confirm=True)
+            result = yield from self._fails(subset)
             self._record(subset, self._config(subset))
             return result
 
@@ -266,7 +273,7 @@ class MultiAxisEngine(Engine):
 
             def fails(subset: list[str]) -> _GenBool:
                 value = join_set([*base, *subset], members)
-                return (yield from self._fails(held, confirm=True, **{axis: value}))
+                return (yield from self._fails(held, **{axis: value}))
 
             minimal = yield from ddmin(list(plan.items), fails)
             with_all = self._config(held, **{axis: join_set([*base, *minimal], members)})
@@ -287,7 +294,16 @@ class MultiAxisEngine(Engine):
             yield from self._judge(self.path[end])
         # The step searched is the one between this segment's own ends: with stacked or
         # interacting axes their levels are not the session's endpoints' (18 -> 24 ms under a
-        # 1.6x launch regression), so the threshold is their midpoint, not the session's.
-        low, high = self.launches[order[0]], self.launches[order[-1]]
-        seg = _Segment(order, midpoint(median(low), median(high)))
+        # 1.6x launch regression), so the threshold is their midpoint, not the session's. A
+        # small step leaves little room around it: each end gets ANCHOR_LAUNCHES launches.
+        top_up = [
+            end
+            for end in (order[0], order[-1])
+            for _ in range(ANCHOR_LAUNCHES - len(self.launches.get(end, [])))
+        ]
+        if top_up:
+            yield self._request(top_up, Purpose.VERIFY)
+        if any(end in self.skip_reason for end in (order[0], order[-1])):
+            return None
+        seg = _Segment(order, midpoint(self._level(order[0]), self._level(order[-1])))
         return (yield from self._steps(seg))

@@ -146,6 +146,33 @@ def instability_flags(samples: Sequence[float]) -> list[str]:
     return flags
 
 
+CORE_TOLERANCE = 0.15  # a launch this much slower than the best ones is not the same level
+OUTLIER_RATIO = 1.4  # a launch this many times slower than the best one is an outlier launch
+
+
+def core_launches(
+    values: Sequence[float], rel_sd: float, higher_is_better: bool = False
+) -> list[float]:
+    """The launches that say what a configuration's level is. Outlier launches are slow
+    (throttling, contention, a bad NCCL ring: 1.5-2x), never fast, so a launch
+    ``OUTLIER_RATIO`` times slower than the best one is set aside (of two launches, or while
+    such launches are a minority); and when at least two launches agree on the best level, slower ones are set
+    aside too. Launches that alternate between levels (a flaky configuration) are all kept,
+    and stay UNCLEAR."""
+    if len(values) < 2:
+        return list(values)
+    sign = -1.0 if higher_is_better else 1.0
+    best = min(sign * v for v in values)  # in "lower is better" terms
+    if best <= 0:
+        return list(values)
+    kept = [v for v in values if sign * v < best * OUTLIER_RATIO]
+    if len(values) >= 3 and len(kept) * 2 <= len(values):
+        return list(values)  # as many slow launches as others: flaky, not an outlier
+    tolerance = max(CORE_TOLERANCE, 4 * rel_sd)
+    agreeing = [v for v in kept if sign * v <= best * (1 + tolerance)]
+    return agreeing if len(agreeing) >= 2 else kept
+
+
 def launch_outliers(launch_values: Sequence[float]) -> list[int]:
     """Indexes of launches whose median is more than 50% away from the configuration's median."""
     if len(launch_values) < 3:

@@ -135,6 +135,10 @@ class CommandTarget:
             return str(local)
         return sync_tree(self.host, local)
 
+    def _free_port(self) -> int:
+        """The port the served process will listen on (free on the host now)."""
+        return self.host.free_port()
+
     def _method(self, config: Configuration) -> str:
         return config.get("launch") or self.experiment.launch.method
 
@@ -286,7 +290,7 @@ class CommandTarget:
             )
         stage("checkout")
         worktree = self._worktree(config)
-        port = self.host.free_port()
+        port = self._free_port()
         values = self._values(config, worktree, port)
         library = self._nccl_library(config)
         delivery: dict[str, str] = {}  # the nccl axis's library, for the served processes only

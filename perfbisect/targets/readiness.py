@@ -24,6 +24,8 @@ except Exception as e:
 """
 
 START_GRACE_S = 1.0  # without a readiness URL: a server that dies at once shows it by then
+LOG_PREFIX = "log:"  # a readiness "URL" of this form waits for that text in the server's log
+LOG_WINDOW_LINES = 400
 
 
 def http_status(host: Host, url: str) -> str:
@@ -54,7 +56,8 @@ def wait_ready(
     timeout_s: float,
     secrets: Mapping[str, str] | None = None,
 ) -> float:
-    """Poll ``url`` until it answers 200; fail fast if the served process dies."""
+    """Poll ``url`` until it answers 200 (or, for ``log:TEXT``, until TEXT is in the server's
+    log); fail fast if the served process dies."""
     secrets = secrets or {}
     start = time.monotonic()
     if url is None:
@@ -67,8 +70,19 @@ def wait_ready(
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise _died(process, secrets)
+        if url.startswith(LOG_PREFIX):
+            if url[len(LOG_PREFIX) :] in process.log_tail(LOG_WINDOW_LINES):
+                return time.monotonic() - start
+            time.sleep(0.5)
+            continue
         last = http_status(host, url)
         if last == "200":
             return time.monotonic() - start
         time.sleep(0.2)
+    if url.startswith(LOG_PREFIX):
+        raise StepFailed(
+            "ready",
+            f"the server log did not show {url[len(LOG_PREFIX) :]!r} within {timeout_s:.0f}s; "
+            f"log tail:\n{redact_text(process.log_tail(5), secrets)}",
+        )
     raise StepFailed("ready", f"{url} did not answer 200 within {timeout_s:.0f}s (last: {last})")

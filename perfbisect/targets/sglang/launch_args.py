@@ -12,7 +12,6 @@ from packaging.version import InvalidVersion, Version
 from perfbisect.errors import StepFailed
 
 FIRST_EAGLE3 = Version("0.4.4.post3")
-READY_LINE = "The server is fired up and ready to roll!"
 # version.py up to 0.5.x; setuptools-scm's _version.py (`__version__ = version = '0.5.9'`) later
 _VERSION_PY = re.compile(r"""__version__\s*=\s*(?:version\s*=\s*)?["']([^"']+)["']""")
 

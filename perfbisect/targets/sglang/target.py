@@ -3,11 +3,13 @@ parallelism through the launch methods, run perfbisect's workload, read the veri
 
 from __future__ import annotations
 
-import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from packaging.version import InvalidVersion, Version
 
 from perfbisect.config import Configuration
 from perfbisect.errors import StepFailed
@@ -16,18 +18,33 @@ from perfbisect.hosts.base import Host
 from perfbisect.probes.verify_timer import verify_samples
 from perfbisect.targets.base import BuildInfo, Measurement
 from perfbisect.targets.command import CommandTarget
+from perfbisect.targets.readiness import LOG_PREFIX
 from perfbisect.targets.sglang.build import build, envs_root
 from perfbisect.targets.sglang.deps import install_plan
 from perfbisect.targets.sglang.launch_args import checkout_version, server_argv, shell_command
+from perfbisect.targets.sglang.server_log import READY_LINE, log_notes
+from perfbisect.targets.sglang.timer import BOOT, install_timer
 
 WORKLOAD = Path(__file__).with_name("workload.py")
-NCCL_LINE = re.compile(r"sglang is using nccl==([0-9.]+)")
+
+
+# Run by the interpreter of a `build = "installed"` target: what it would serve.
+_INSTALLED_PROBE = (
+    "import sglang, sysconfig; print(sglang.__version__); print(sglang.__file__); "
+    "print(sysconfig.get_paths()['purelib'])"
+)
+_PATH_LIKE = ("/", "./", "../", "~")  # a model given as a path (not a hub id) must exist
+# SGLang derives ports from --port: 0.5.12 refuses to start when --port + 10000 (its gRPC port)
+# exceeds 65535, which 1 in 5 of the kernel's ephemeral ports (32768-60999) does.
+DERIVED_PORT_OFFSETS = (10000,)
+PORT_ATTEMPTS = 50
 
 
 class SglangTarget(CommandTarget):
     def __init__(self, experiment: Experiment, cache_dir: Path, host: Host | None = None):
         super().__init__(experiment, cache_dir, host)
         self.sglang = dict(experiment.target.options)
+        self.installed = self.sglang.get("build", "editable") == "installed"
         self.options = {"timeout_s": self.sglang.get("timeout_s", 1800)}
         self.experiment = replace(
             experiment, target=TargetSpec("sglang", self.options, experiment.target.repo)
@@ -35,7 +52,7 @@ class SglangTarget(CommandTarget):
 
     # ---- the commit's environment and commands -------------------------------------------------
 
-    def _commands(self, worktree: str, python: str) -> dict[str, str]:
+    def _checkout_version(self, worktree: str) -> Version | None:
         text = self.host.read_text(f"{worktree}/python/pyproject.toml")
         if text is None:
             raise StepFailed("build", f"{worktree} is not an SGLang checkout")
@@ -48,33 +65,76 @@ class SglangTarget(CommandTarget):
             tag = self.host.run(["git", "-C", worktree, "describe", "--tags", "--abbrev=0"])
             if tag.ok:
                 version = checkout_version(f'version = "{tag.output.strip().lstrip("v")}"', None)
-        argv = server_argv(python, version, self.sglang, "{port}")
+        return version
+
+    def _server_args(self, values: Mapping[str, str]) -> list[str]:
+        """``extra_args`` plus the ``axis_args`` of this configuration's axis values."""
+        args = [str(a) for a in self.sglang.get("extra_args", [])]
+        for axis, by_value in dict(self.sglang.get("axis_args", {})).items():
+            args += [str(a) for a in by_value.get(values.get(axis, ""), [])]
+        return args
+
+    def _commands(
+        self, python: str, version: Version | None, values: Mapping[str, str]
+    ) -> dict[str, str]:
+        options = {**self.sglang, "extra_args": self._server_args(values)}
+        argv = server_argv(python, version, options, "{port}")
         serve = "PERFBISECT_VERIFY_TIMER_DIR={timing} exec " + shell_command(argv)
-        workload = self._workload_path()
-        measure = " ".join(
-            [
-                shlex.quote(python),
-                shlex.quote(workload),
-                "--port",
-                "{port}",
-                "--timing-dir",
-                "{timing}",
-                "--requests",
-                str(int(self.sglang.get("requests", 32))),
-                "--concurrency",
-                str(int(self.sglang.get("concurrency", 4))),
-                "--max-new-tokens",
-                str(int(self.sglang.get("max_new_tokens", 256))),
-                "--warmup",
-                str(int(self.sglang.get("warmup_requests", 2))),
-            ]
+        workload = [
+            shlex.quote(python),
+            shlex.quote(self._workload_path()),
+            "--port",
+            "{port}",
+            "--timing-dir",
+            "{timing}",
+            "--requests",
+            str(int(self.sglang.get("requests", 32))),
+            "--concurrency",
+            str(int(self.sglang.get("concurrency", 4))),
+            "--max-new-tokens",
+            str(int(self.sglang.get("max_new_tokens", 256))),
+            "--warmup",
+            str(int(self.sglang.get("warmup_requests", 2))),
+        ]
+        if "prompts" in self.sglang:
+            workload += ["--prompts", shlex.quote(self._prompts_path())]
+        ready = (
+            LOG_PREFIX + READY_LINE
+            if self.sglang.get("ready", "health") == "log"
+            else "http://127.0.0.1:{port}/health_generate"
         )
         return {
             "serve": serve,
-            "ready": "http://127.0.0.1:{port}/health_generate",
-            "measure": measure,
+            "ready": ready,
+            "measure": " ".join(workload),
             "version": str(version) if version else "unknown",
         }
+
+    def _prompts_path(self) -> str:
+        local = self.experiment.directory / str(self.sglang["prompts"])
+        if self.host.is_local:
+            return str(local)
+        path = f"{self.host.cache_dir()}/sglang/prompts-{local.name}"
+        self.host.write_file(path, local.read_bytes())
+        return path
+
+    def _free_port(self) -> int:
+        for _ in range(PORT_ATTEMPTS):
+            port = self.host.free_port()
+            derived = [port + offset for offset in DERIVED_PORT_OFFSETS]
+            if all(p <= 65535 and not self.host.port_in_use(p) for p in derived):
+                return port
+        raise StepFailed(
+            "serve", f"no free port on {self.host.address} with its SGLang-derived ports free"
+        )
+
+    def _check_models(self) -> None:
+        for key in ("model", "draft_model"):
+            path = str(self.sglang[key])
+            if not path.startswith(_PATH_LIKE):
+                continue  # a hub id: SGLang resolves (or fails to resolve) it itself
+            if not self.host.run(["test", "-e", path], timeout_s=60).ok:
+                raise StepFailed("build", f"{key} {path} does not exist on {self.host.address}")
 
     def _workload_path(self) -> str:
         if self.host.is_local:
@@ -83,18 +143,44 @@ class SglangTarget(CommandTarget):
         self.host.write_file(path, WORKLOAD.read_bytes())
         return path
 
-    def _build(self, worktree: str, values: Any, env: Any, log_dir: Path) -> BuildInfo:
-        built = build(
-            self.host,
-            worktree,
-            str(self.sglang.get("python", "python3")),
-            envs_root(self.host),
-            float(self.options["timeout_s"]),
-            tuple(str(a) for a in self.sglang.get("pip_args", [])),
-        )
-        (log_dir / "build.log").write_text(built.log)
-        self.options = {**self.options, **self._commands(worktree, built.python)}
-        return BuildInfo("ok", built.reused, 0.0, f"environment {built.digest}")
+    def _build(
+        self, worktree: str, values: Mapping[str, str], env: Any, log_dir: Path
+    ) -> BuildInfo:
+        self._check_models()
+        if self.installed:
+            python, version, info = self._installed()
+        else:
+            version = self._checkout_version(worktree)
+            built = build(
+                self.host,
+                worktree,
+                str(self.sglang.get("python", "python3")),
+                envs_root(self.host),
+                float(self.options["timeout_s"]),
+                tuple(str(a) for a in self.sglang.get("pip_args", [])),
+            )
+            python = built.python
+            info = BuildInfo("ok", built.reused, 0.0, f"environment {built.digest}")
+            (log_dir / "build.log").write_text(built.log)
+        self.options = {**self.options, **self._commands(python, version, values)}
+        return info
+
+    def _installed(self) -> tuple[str, Version | None, BuildInfo]:
+        """``build = "installed"``: serve the SGLang that ``python`` imports, as it is."""
+        python = str(self.sglang.get("python", "python3"))
+        probe = self.host.run([python, "-c", _INSTALLED_PROBE], timeout_s=300)
+        if not probe.ok:
+            raise StepFailed(
+                "build", f'{python} cannot import sglang (build = "installed"): {probe.tail(5)}'
+            )
+        raw_version, location, site = probe.output.strip().splitlines()[-3:]
+        try:
+            version: Version | None = Version(raw_version)
+        except InvalidVersion:
+            version = None
+        install_timer(self.host, site)
+        note = f"installed sglang {raw_version} at {location} (no build: build = installed)"
+        return python, version, BuildInfo("ok", True, 0.0, note)
 
     def _samples(self, output: str) -> tuple[list[float], list[str]]:
         return verify_samples(output)
@@ -104,14 +190,9 @@ class SglangTarget(CommandTarget):
 
     def launch(self, config: Configuration, log_dir: str, on_stage: Any = None) -> Measurement:
         measured = super().launch(config, log_dir, on_stage)
-        log = (
-            (Path(log_dir) / "serve.log").read_text(errors="replace")
-            if (Path(log_dir) / "serve.log").exists()
-            else ""
-        )
-        found = NCCL_LINE.search(log)
-        if found:
-            measured.flags.append(f"server reports NCCL {found.group(1)}")
+        log_file = Path(log_dir) / "serve.log"
+        log = log_file.read_text(errors="replace") if log_file.exists() else ""
+        measured.flags.extend(log_notes(log))
         graph_notes = [f for f in measured.flags if f.startswith("verify in CUDA graphs:")]
         if graph_notes and not graph_notes[0].startswith("verify in CUDA graphs: 100%"):
             measured.flags.append("verify left CUDA graphs in some cycles")
@@ -119,27 +200,42 @@ class SglangTarget(CommandTarget):
 
     def describe(self, config: Configuration) -> dict[str, Any]:
         """Every command one launch runs on the host, for ``bisect start --dry-run``."""
-        worktree = self._worktree(config)
-        text = self.host.read_text(f"{worktree}/python/pyproject.toml")
-        if text is None:
-            raise StepFailed("build", f"{worktree} is not an SGLang checkout")
-        plan = install_plan(text)
-        env_python = f"{envs_root(self.host)}/{plan.digest}/bin/python"
-        commands = self._commands(worktree, env_python)
-        pretend = (
-            "SETUPTOOLS_SCM_PRETEND_VERSION=0.0.0+perfbisect " if plan.version_from_git else ""
-        )
+        values = self._values(config, "<worktree>", 0)
+        if self.installed:
+            python = str(self.sglang.get("python", "python3"))
+            probe = self.host.run([python, "-c", _INSTALLED_PROBE], timeout_s=300)
+            raw = probe.output.strip().splitlines()[-3] if probe.ok else ""
+            try:
+                version: Version | None = Version(raw)
+            except InvalidVersion:
+                version = None
+            steps = [
+                f"{python} -c {shlex.quote(_INSTALLED_PROBE)}   # no build: build = installed",
+                f"install {BOOT.name} + .pth into {python}'s site-packages",
+            ]
+        else:
+            worktree = self._worktree(config)
+            text = self.host.read_text(f"{worktree}/python/pyproject.toml")
+            if text is None:
+                raise StepFailed("build", f"{worktree} is not an SGLang checkout")
+            plan = install_plan(text)
+            python = f"{envs_root(self.host)}/{plan.digest}/bin/python"
+            version = self._checkout_version(worktree)
+            pretend = (
+                "SETUPTOOLS_SCM_PRETEND_VERSION=0.0.0+perfbisect " if plan.version_from_git else ""
+            )
+            steps = [
+                f"{self.sglang.get('python', 'python3')} -m venv --system-site-packages "
+                f"--without-pip {envs_root(self.host)}/{plan.digest}   # once per pinned set",
+                f"{pretend}{python} -m pip install -e {worktree}/{plan.target}",
+                f"install {BOOT.name} + .pth into the environment's site-packages",
+            ]
+        commands = self._commands(python, version, values)
         return {
             "host": self.host.address,
             "launch": self._method(config),
             "sglang_version": commands["version"],
-            "build": [
-                f"{self.sglang.get('python', 'python3')} -m venv --system-site-packages "
-                f"--without-pip {envs_root(self.host)}/{plan.digest}   # once per pinned set",
-                f"{pretend}{env_python} -m pip install -e {worktree}/{plan.target}",
-                f"install {Path(__file__).with_name('verify_timer_boot.py').name} + .pth into the "
-                "environment's site-packages",
-            ],
+            "build": steps,
             "serve": commands["serve"],
             "ready": commands["ready"],
             "measure": commands["measure"],

@@ -33,7 +33,15 @@ PROMPTS = [
 
 def post(base: str, prompt: str, max_new_tokens: int, timeout: float) -> int:
     body = json.dumps(
-        {"text": prompt, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}
+        {
+            "text": prompt,
+            # greedy and a fixed length: every request runs the same number of verify cycles
+            "sampling_params": {
+                "max_new_tokens": max_new_tokens,
+                "temperature": 0,
+                "ignore_eos": True,
+            },
+        }
     ).encode()
     request = urllib.request.Request(
         f"{base}/generate", data=body, headers={"Content-Type": "application/json"}

@@ -1,0 +1,98 @@
+"""Test double of `python -m sglang.launch_server` (SGLang itself needs a GPU).
+
+It parses the flags perfbisect passes, verifies each request in cycles through the ModelRunner
+above (so the real verify timer, installed by perfbisect, wraps a real method call), prints
+SGLang's log lines (decode batches, the ready line) and serves /health_generate, /generate and
+/server_info. --disable-cuda-graph makes verify slower and eager, as on a GPU. Flags that only
+exist here: --stand-in-never-ready, --stand-in-http-error.
+"""
+
+import argparse
+import http.server
+import json
+import sys
+import threading
+
+from sglang.srt.model_executor.model_runner import ModelRunner
+
+
+class Mode:
+    def is_target_verify(self):
+        return True
+
+
+class Batch:
+    forward_mode = Mode()
+    batch_size = 1
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model-path", required=True)
+    p.add_argument("--speculative-algorithm", required=True)
+    p.add_argument("--speculative-draft-model-path", required=True)
+    p.add_argument("--speculative-num-steps", type=int, required=True)
+    p.add_argument("--speculative-eagle-topk", type=int, required=True)
+    p.add_argument("--speculative-num-draft-tokens", type=int, required=True)
+    p.add_argument("--tp-size", type=int, required=True)
+    p.add_argument("--host", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--disable-cuda-graph", action="store_true")
+    p.add_argument("--stand-in-never-ready", action="store_true")
+    p.add_argument("--stand-in-http-error", action="store_true")
+    args = p.parse_args()
+    if args.port + 10000 > 65535:  # as SGLang 0.5.12's server_args does for its gRPC port
+        raise ValueError(f"SGLANG_GRPC_PORT ({args.port + 10000}) must be between 1 and 65535")
+    graph = not args.disable_cuda_graph
+    runners = [ModelRunner(r, 2.0 if graph else 6.0, graph) for r in range(args.tp_size)]
+    accept = args.speculative_num_draft_tokens
+    lock = threading.Lock()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path == "/health_generate":
+                self._send(503 if args.stand_in_never_ready else 200, {})
+            elif self.path in ("/server_info", "/get_server_info"):
+                self._send(200, {"internal_states": [{"avg_spec_accept_length": accept}]})
+            else:
+                self._send(404, {})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if args.stand_in_http_error:
+                self._send(400, {"error": "stand-in refuses this request"})
+                return
+            tokens = body["sampling_params"]["max_new_tokens"]
+            with lock:  # one verify at a time, as one GPU stream would
+                for _ in range(max(1, tokens // accept)):
+                    for runner in runners:
+                        runner.forward(Batch())
+                print(
+                    f"[stand-in] Decode batch, #running-req: 1, #token: {tokens}, token usage: "
+                    f"0.01, accept len: {accept:.2f}, accept rate: 1.00, cuda graph: {graph}, "
+                    f"gen throughput (token/s): 123.45, #queue-req: 0",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            self._send(200, {"text": "x", "meta_info": {"completion_tokens": tokens}})
+
+        def _send(self, code, data):
+            raw = json.dumps(data).encode()
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer((args.host, args.port), Handler)
+    if args.tp_size > 1:
+        print("[stand-in] sglang is using nccl==2.27.7", file=sys.stderr, flush=True)
+    if not args.stand_in_never_ready:
+        print("The server is fired up and ready to roll!", file=sys.stderr, flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""The sglang target end to end through the CLI, without a GPU: perfbisect installs its verify
+timer into a real Python environment, launches `python -m sglang.launch_server`, waits for
+readiness, runs its workload, reads the timer and the server log, and tears down.
+
+The server is a test double (tests/standin_sglang: SGLang itself needs a GPU). It is served
+from a real environment (`build = "installed"`), its ModelRunner.forward is wrapped by the real
+timer, and it really spends the verify time on the CPU. The GPU run of real SGLang is in
+docs/examples/sglang_gpu.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+from conftest import Cli
+
+from perfbisect.experiment import load_experiment
+from perfbisect.hosts.local import LocalHost
+from perfbisect.targets.sglang.target import SglangTarget
+
+STANDIN = Path(__file__).with_name("standin_sglang") / "sglang"
+
+EXPERIMENT = """
+[target]
+kind = "sglang"
+build = "installed"
+python = "{python}"
+model = "{models}/target"
+draft_model = "{models}/draft"
+tp = 2
+ready = "{ready}"
+requests = 6
+concurrency = 2
+max_new_tokens = 16
+warmup_requests = 1
+timeout_s = {timeout}
+
+[target.axis_args.graphs]
+off = ["--disable-cuda-graph"]
+
+[target.axis_args.fault]
+never_ready = ["--stand-in-never-ready"]
+http_error = ["--stand-in-http-error"]
+
+[axes.custom.graphs]
+values = ["on", "off"]
+ordered = false
+
+[axes.custom.fault]
+values = ["none", "never_ready", "http_error"]
+ordered = false
+"""
+
+
+@pytest.fixture(scope="module")
+def served_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A real environment whose site-packages holds the stand-in `sglang` package."""
+    env = tmp_path_factory.mktemp("sglang-env") / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env)],
+        check=True,
+    )
+    python = env / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    assert site != sysconfig.get_paths()["purelib"]  # never the test runner's own
+    shutil.copytree(STANDIN, Path(site) / "sglang")
+    return str(python)
+
+
+def _experiment(tmp_path: Path, python: str, ready: str = "health", timeout: int = 60) -> None:
+    models = tmp_path / "models"
+    for name in ("target", "draft"):
+        (models / name).mkdir(parents=True, exist_ok=True)
+    (tmp_path / "perfbisect.toml").write_text(
+        EXPERIMENT.format(python=python, models=models, ready=ready, timeout=timeout)
+    )
+
+
+def test_bisect_names_the_axis_that_took_verify_out_of_cuda_graphs(
+    cli: Cli, tmp_path: Path, served_python: str
+) -> None:
+    _experiment(tmp_path, served_python, ready="log")
+    # Two axes differ (the launch method too, as on the GPU run): attribution must name graphs.
+    report = cli.json(
+        "bisect",
+        "start",
+        "--good",
+        "graphs=on,launch=direct",
+        "--bad",
+        "graphs=off,launch=tmux",
+        "--json",
+        timeout=300,
+    )
+    assert report["status"] == "found", report["message"]
+    assert report["culprit_axes"] == [["graphs"]]
+    assert report["culprit"]["first_bad"]["graphs"] == "off"
+    assert report["culprit"]["last_good"]["graphs"] == "on"
+    assert report["culprit"]["effect_ms"]["delta"] > 2  # 2 ms -> 6 ms per rank and cycle
+    log = cli.run("bisect", "log", "--json").stdout
+    launches = json.loads(log)["launches"] if log.startswith("{") else json.loads(log)
+    flags = {f for launch in launches for f in launch.get("flags", [])}
+    assert "verify in CUDA graphs: 100% of cycles" in flags
+    assert "verify left CUDA graphs in some cycles" in flags  # the bad side, flagged
+    assert "accept length 4.00" in flags  # from /server_info
+    assert any(f.startswith("decode log: ") and "accept len 4.00" in f for f in flags)
+    assert "server reports NCCL 2.27.7" in flags
+    # The timer went into the served environment, never into the test runner's.
+    assert not (Path(sysconfig.get_paths()["purelib"]) / "perfbisect_verify_timer.pth").exists()
+
+
+@pytest.mark.parametrize(
+    "fault,message",
+    [
+        ("never_ready", "did not answer 200 within 8s"),
+        ("http_error", "answered HTTP 400 to /generate: "),
+    ],
+)
+def test_a_failing_server_is_a_clear_skip_not_a_hang(
+    cli: Cli, tmp_path: Path, served_python: str, fault: str, message: str
+) -> None:
+    _experiment(tmp_path, served_python, timeout=8)
+    result = cli.run(
+        "bisect",
+        "start",
+        "--good",
+        "fault=none",
+        "--bad",
+        f"fault={fault}",
+        "--json",
+        timeout=120,
+    )
+    assert result.returncode == 3, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert message in report["message"], report["message"]
+    assert "stand-in refuses" in report["message"] or fault != "http_error"
+
+
+def test_a_model_path_missing_on_the_host(cli: Cli, tmp_path: Path, served_python: str) -> None:
+    _experiment(tmp_path, served_python)
+    shutil.rmtree(tmp_path / "models" / "draft")
+    result = cli.run("bisect", "start", "--good", "graphs=on", "--bad", "graphs=off", "--json")
+    assert result.returncode == 3
+    report = json.loads(result.stdout)
+    assert (
+        f"draft_model {tmp_path / 'models' / 'draft'} does not exist on local"
+        in (report["message"])
+    )
+
+
+def test_an_axis_value_in_axis_args_must_be_listed(cli: Cli, tmp_path: Path) -> None:
+    _experiment(tmp_path, sys.executable)
+    text = (tmp_path / "perfbisect.toml").read_text().replace("\noff = [", "\noof = [")
+    (tmp_path / "perfbisect.toml").write_text(text)
+    result = cli.run("bisect", "start", "--good", "graphs=on", "--bad", "graphs=off")
+    assert result.returncode == 1  # a malformed experiment file, as everywhere
+    assert "perfbisect.toml:17: key 'target.axis_args.graphs.oof'" in result.stderr
+    assert "oof" in result.stderr and "is not a value of axis 'graphs'" in result.stderr
+
+
+class _PortsHost(LocalHost):
+    """A real local host whose kernel would hand out the given ports first."""
+
+    def __init__(self, ports: list[int]) -> None:
+        super().__init__()
+        self.ports = ports
+
+    def free_port(self) -> int:
+        return self.ports.pop(0) if self.ports else super().free_port()
+
+
+def test_the_port_leaves_room_for_the_ports_sglang_derives(tmp_path: Path) -> None:
+    _experiment(tmp_path, sys.executable)
+    experiment = load_experiment(tmp_path / "perfbisect.toml")
+    with socket.socket() as busy:  # a port whose derived gRPC port (+10000) is taken
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        host = _PortsHost([60999, 55536, taken - 10000, 40000])
+        target = SglangTarget(experiment, tmp_path / "cache", host)
+        assert target._free_port() == 40000
