@@ -222,3 +222,16 @@ def test_feed_checks_batch_size() -> None:
     engine = Engine(path(4))
     with pytest.raises(ValueError, match="expected 3 results"):
         engine.feed([LaunchResult(1.0)])
+
+
+def test_slow_outlier_launches_are_set_aside_flaky_ones_are_not() -> None:
+    from perfbisect.bisect.stats import core_launches
+
+    assert core_launches([18.2, 36.4], 0.05) == [18.2]  # one of two, 2x slower
+    assert core_launches([27.5, 19.3, 19.3, 17.8], 0.05) == [19.3, 19.3, 17.8]
+    # As many slow launches as fast ones: a flaky configuration, every launch counts.
+    assert core_launches([18.0, 29.0, 18.1, 29.2], 0.05) == [18.0, 29.0, 18.1, 29.2]
+    assert core_launches([31.5, 18.0, 33.9], 0.05) == [31.5, 18.0, 33.9]
+    assert core_launches([18.4, 18.9, 17.6], 0.05) == [18.4, 18.9, 17.6]
+    # Higher is better (tokens/s): outliers are the low ones.
+    assert core_launches([1000.0, 520.0, 990.0], 0.05, higher_is_better=True) == [1000.0, 990.0]

@@ -17,6 +17,7 @@ def run(
     bad: dict[str, str],
     plans: list[AxisPlan],
     level: Callable[[dict[str, str]], float],
+    outlier: Callable[[dict[str, str], int], bool] = lambda config, k: False,
 ) -> MultiAxisEngine:
     engine = MultiAxisEngine(Configuration.of(good), Configuration.of(bad), plans)
     count: dict[str, int] = {}
@@ -29,6 +30,8 @@ def run(
             k = count.get(request.config.fingerprint, 0)
             count[request.config.fingerprint] = k + 1
             value = level(request.config.as_dict()) * (1 + 0.01 * ((k % 3) - 1))
+            if outlier(request.config.as_dict(), k):
+                value *= 1.8  # a slow outlier launch (throttling, contention)
             results.append(LaunchResult(value))
         engine.feed(results)
     raise AssertionError("did not finish")
@@ -107,3 +110,32 @@ def test_bad_patch_among_eight() -> None:
     assert split_set(outcome.culprit.first_bad.config.get("patches") or "") == [PATCHES[5]]
     assert split_set(outcome.culprit.last_good.config.get("patches") or "") == []
     assert outcome.culprit.verified
+
+
+def test_outlier_launches_do_not_steer_attribution_or_ddmin() -> None:
+    # The innocent commit axis gets a slow outlier on its first launch alone; the subset
+    # {p1, p2} (innocent, needs p5) gets two. Neither may be blamed: a BAD verdict on one launch
+    # is re-measured, and a ddmin result is trusted only once its own launches agree.
+    plans = [
+        AxisPlan("commit", "path", COMMITS),
+        AxisPlan("patches", "set", ("", join_set(PATCHES, PATCHES)), PATCHES),
+    ]
+    culprit = PATCHES[5]
+    innocent_pair = join_set(PATCHES[1:3], PATCHES)
+
+    def outlier(config: dict[str, str], k: int) -> bool:
+        alone = config["commit"] == COMMITS[-1] and not config["patches"]
+        return (alone and k == 0) or (config["patches"] == innocent_pair and k < 2)
+
+    engine = run(
+        {"commit": COMMITS[0], "patches": ""},
+        {"commit": COMMITS[-1], "patches": join_set(PATCHES, PATCHES)},
+        plans,
+        lambda c: 29.0 if culprit in split_set(c["patches"]) else 18.0,
+        outlier,
+    )
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.FOUND, outcome
+    assert engine.culprit_sets == [("patches",)]
+    assert outcome.culprit is not None
+    assert split_set(outcome.culprit.first_bad.config.get("patches") or "")[-1] == culprit

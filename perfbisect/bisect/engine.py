@@ -557,7 +557,17 @@ class Engine:
             # Segment ends keep their verdicts (a flip ends the search), so the bracket exists.
             i_lo, i_hi = self._bracket(seg)
             lo, hi = seg.order[i_lo], seg.order[i_hi]
-            open_points = [i for i in range(i_lo + 1, i_hi) if seg.order[i] not in seg.verdicts]
+            # Open: never judged, or left UNCLEAR by a verification before its launches ran out.
+            open_points = [
+                i
+                for i in range(i_lo + 1, i_hi)
+                if seg.order[i] not in seg.verdicts
+                or (
+                    seg.verdicts[seg.order[i]] is Verdict.UNCLEAR
+                    and len(self.launches.get(seg.order[i], [])) < self.policy.max_launches
+                    and seg.order[i] not in self.skip_reason
+                )
+            ]
             if open_points:
                 mid = (i_lo + i_hi) / 2
                 pick = min(open_points, key=lambda i: (abs(i - mid), i))

@@ -27,11 +27,12 @@ from perfbisect.bisect.engine import (
     _Segment,
     midpoint,
 )
-from perfbisect.bisect.stats import Verdict, median
+from perfbisect.bisect.stats import OUTLIER_RATIO, Verdict, median
 from perfbisect.config import Configuration
 
 SET_SEPARATOR = "+"
-ANCHOR_LAUNCHES = 3  # launches of each end of a culprit axis's search before its threshold
+DDMIN_ATTEMPTS = 2  # a ddmin run whose result does not hold up is run once more
+ANCHOR_LAUNCHES = 3  # launches of a level that a later threshold or comparison is derived from
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,10 @@ class MultiAxisEngine(Engine):
         if bad_alone:
             # Stacked regressions: an axis that does not cross the threshold alone may still
             # make things clearly worse (10 -> 20 ms while another axis makes it 60): its own,
-            # smaller step is searched against its own level.
+            # smaller step is searched against its own level. The good endpoint is the level
+            # every such axis is compared with: one outlier launch there would hide them all.
+            if len(bad_alone) < len(differing):
+                yield from self._anchor([0])
             for axis in differing:
                 if axis in bad_alone:
                     continue
@@ -261,6 +265,29 @@ class MultiAxisEngine(Engine):
         minimal = yield from ddmin(differing, fails)
         return [minimal]
 
+    def _anchor(self, positions: Sequence[int]) -> _GenBool:
+        """Top up ``positions`` (levels that thresholds are derived from) to ANCHOR_LAUNCHES
+        launches, and further while their launches tell no one level (two slow outliers among
+        three), up to the policy's maximum; False if one of them cannot be measured."""
+        top_up = [
+            p for p in positions for _ in range(ANCHOR_LAUNCHES - len(self.launches.get(p, [])))
+        ]
+        while top_up:
+            yield self._request(top_up, Purpose.VERIFY)
+            if any(p in self.skip_reason for p in positions):
+                return False
+            top_up = [
+                p
+                for p in positions
+                if len(self.launches[p]) < self.policy.max_launches
+                and not self._one_level(self.launches[p])
+            ]
+        return not any(p in self.skip_reason for p in positions)
+
+    def _one_level(self, values: Sequence[float]) -> bool:
+        core = self._core(values)
+        return max(core) < min(core) * OUTLIER_RATIO
+
     def _inner(
         self, axis: str, held: list[str]
     ) -> Generator[_Batch, list[LaunchResult], tuple[list[tuple[int, int]], list[Culprit]] | None]:
@@ -275,7 +302,19 @@ class MultiAxisEngine(Engine):
                 value = join_set([*base, *subset], members)
                 return (yield from self._fails(held, **{axis: value}))
 
-            minimal = yield from ddmin(list(plan.items), fails)
+            for _ in range(DDMIN_ATTEMPTS):
+                minimal = yield from ddmin(list(plan.items), fails)
+                # Every ddmin step trusted a verdict; the result is trusted only once its own
+                # launches agree on one level. Two slow outlier launches can make a good subset
+                # "fail"; then its corrected verdict steers a second ddmin run elsewhere.
+                found = self._config(held, **{axis: join_set([*base, *minimal], members)})
+                position = self._position(found)
+                yield from self._anchor([position])
+                assert self._top is not None
+                verdict = self._decide(position, self._top) or Verdict.UNCLEAR
+                self._set_verdict(position, verdict, self._top)
+                if verdict in (Verdict.BAD, Verdict.INTERMEDIATE):
+                    break
             with_all = self._config(held, **{axis: join_set([*base, *minimal], members)})
             without = self._config(held, **{axis: join_set([*base, *minimal[:-1]], members)})
             yield from self._judge(without)
@@ -296,14 +335,7 @@ class MultiAxisEngine(Engine):
         # interacting axes their levels are not the session's endpoints' (18 -> 24 ms under a
         # 1.6x launch regression), so the threshold is their midpoint, not the session's. A
         # small step leaves little room around it: each end gets ANCHOR_LAUNCHES launches.
-        top_up = [
-            end
-            for end in (order[0], order[-1])
-            for _ in range(ANCHOR_LAUNCHES - len(self.launches.get(end, [])))
-        ]
-        if top_up:
-            yield self._request(top_up, Purpose.VERIFY)
-        if any(end in self.skip_reason for end in (order[0], order[-1])):
+        if not (yield from self._anchor([order[0], order[-1]])):
             return None
         seg = _Segment(order, midpoint(self._level(order[0]), self._level(order[-1])))
         return (yield from self._steps(seg))

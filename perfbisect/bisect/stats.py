@@ -161,15 +161,20 @@ def core_launches(
     and stay UNCLEAR."""
     if len(values) < 2:
         return list(values)
-    sign = -1.0 if higher_is_better else 1.0
-    best = min(sign * v for v in values)  # in "lower is better" terms
-    if best <= 0:
+    # In "time" terms: for a higher-is-better metric (tokens/s) a slow launch is a low value.
+    times = [1 / v if higher_is_better else v for v in values if v > 0]
+    if len(times) != len(values):
         return list(values)
-    kept = [v for v in values if sign * v < best * OUTLIER_RATIO]
+    best = min(times)
+    kept = [v for v, t in zip(values, times, strict=True) if t < best * OUTLIER_RATIO]
     if len(values) >= 3 and len(kept) * 2 <= len(values):
         return list(values)  # as many slow launches as others: flaky, not an outlier
     tolerance = max(CORE_TOLERANCE, 4 * rel_sd)
-    agreeing = [v for v in kept if sign * v <= best * (1 + tolerance)]
+    agreeing = [
+        v
+        for v, t in zip(values, times, strict=True)
+        if t < best * OUTLIER_RATIO and t <= best * (1 + tolerance)
+    ]
     return agreeing if len(agreeing) >= 2 else kept
 
 
