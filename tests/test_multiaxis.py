@@ -16,6 +16,8 @@ import os, pathlib
 base = float(pathlib.Path("base").read_text())
 extra = sum(float(p.read_text().split()[0]) for p in sorted(pathlib.Path("cost").glob("*")))
 value = base + extra
+if pathlib.Path("cost/pair_a").exists() and pathlib.Path("cost/pair_b").exists():
+    value += 20  # two patches that only regress together
 if os.environ.get("PERFBISECT_FLAG") == "b" and pathlib.Path("interaction").exists():
     value *= 3
 for i in range(5):
@@ -106,6 +108,57 @@ def test_bad_patch_needing_another_is_found_by_ddmin(cli: Cli, tmp_path: Path) -
     assert culprit["effect_ms"]["delta"] > 15
     skipped = [p for p in report["path"] if p["verdict"] == "skip"]
     assert skipped and "p4.patch does not apply" in skipped[0]["reason"]
+
+
+def _patch_set(repo: Path, tmp_path: Path, special: dict[int, dict[str, str]]) -> str:
+    """Eight real patches p1..p8 (each adds a harmless file) except where ``special`` says."""
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    for i in range(1, 9):
+        _patch(repo, f"p{i}.patch", special.get(i, {f"cost/p{i}": "0 harmless"}), patches)
+    files = ", ".join(f'"patches/p{i}.patch"' for i in range(1, 9))
+    (tmp_path / "perfbisect.toml").write_text(
+        EXPERIMENT.format(patches=f"[axes.patches]\nfiles = [{files}]\n")
+    )
+    return "+".join(f"p{i}.patch" for i in range(1, 9))
+
+
+def test_one_bad_patch_among_eight_with_the_commit_differing_too(cli: Cli, tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    every = _patch_set(repo.path, tmp_path, {6: {"cost/p6": "20 slow"}})
+    report = cli.json(
+        "bisect",
+        "start",
+        "--good",
+        f"{repo.shas[0]},patches=none",
+        "--bad",
+        f"{repo.shas[-1]},patches={every}",
+        "--json",
+    )
+    assert report["status"] == "found", report["message"]
+    assert report["culprit_axes"] == [["patches"]]
+    names = [t.split("@")[0] for t in report["culprit"]["first_bad"]["patches"].split("+")]
+    assert names[-1] == "p6.patch" and report["culprit"]["first_bad"]["commit"] == repo.shas[0]
+
+
+def test_two_patches_that_regress_only_together(cli: Cli, tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    every = _patch_set(repo.path, tmp_path, {2: {"cost/pair_a": "0"}, 7: {"cost/pair_b": "0"}})
+    head = repo.shas[-1]
+    report = cli.json(
+        "bisect",
+        "start",
+        "--good",
+        f"{head},patches=none",
+        "--bad",
+        f"{head},patches={every}",
+        "--json",
+    )
+    assert report["status"] == "found", report["message"]
+    names = [t.split("@")[0] for t in report["culprit"]["first_bad"]["patches"].split("+")]
+    assert names == ["p2.patch", "p7.patch"]
+    without = [t.split("@")[0] for t in report["culprit"]["last_good"]["patches"].split("+") if t]
+    assert without == ["p2.patch"]
 
 
 def test_interaction_of_commit_and_flag_is_attributed(cli: Cli, tmp_path: Path) -> None:

@@ -117,3 +117,66 @@ def test_dropped_library_is_refused_and_unknown_version_is_named(
     )
     assert result.returncode == 2
     assert "NCCL '2.30.3' is not listed in [axes.nccl]" in result.stderr
+
+
+# Six NCCL "versions" as a test double: copies of this machine's libz (a real shared library
+# that any process can preload) at <version>/libnccl.so.2. Six real NCCL wheels would be 1.2 GB
+# per CI run; the two real libraries above prove the loading. The server's cost depends on the
+# library it really mapped (read from its own /proc/self/maps), as a real NCCL regression would.
+SIX = ("2.18.5", "2.19.3", "2.20.5", "2.21.5", "2.23.4", "2.26.2")
+MAPPED_SERVER = r"""
+import http.server, pathlib, re, sys
+maps = pathlib.Path("/proc/self/maps").read_text()
+found = re.search(r"/([0-9.]+)/libnccl\.so\.2", maps)
+version = tuple(int(x) for x in found.group(1).split(".")) if found else (0,)
+ms = 30.0 if version >= (2, 21, 5) else 10.0
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(str(ms).encode())
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def _a_real_shared_library() -> Path:
+    for folder in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64"):
+        for candidate in sorted(Path(folder).glob("libz.so.1*")):
+            if candidate.is_file():
+                return candidate
+    pytest.skip("no libz.so.1 on this machine")
+
+
+def test_one_nccl_version_among_six_is_found(cli: Cli, tmp_path: Path) -> None:
+    source = _a_real_shared_library()
+    paths = []
+    for version in SIX:
+        target = tmp_path / "libs" / version / "libnccl.so.2"
+        target.parent.mkdir(parents=True)
+        shutil.copy(source, target)
+        paths.append(str(target))
+    repo = make_repo(tmp_path / "repo", [{"server.py": MAPPED_SERVER, "measure.py": MEASURE}])
+    values = ", ".join(f'"{p}"' for p in paths)
+    (tmp_path / "perfbisect.toml").write_text(
+        EXPERIMENT.format(serve="python3 server.py {port}", values=values)
+    )
+    sha = repo.shas[0]
+    report = cli.json(
+        "bisect",
+        "start",
+        "--good",
+        f"{sha},nccl={paths[0]}",
+        "--bad",
+        f"{sha},nccl={paths[-1]}",
+        "--json",
+        timeout=600,
+    )
+    assert report["status"] == "found", report["message"]
+    assert report["culprit"]["first_bad"]["nccl"] == paths[3]  # 2.21.5
+    assert report["culprit"]["last_good"]["nccl"] == paths[2]
+    for launch in cli.json("query", "history", "--json"):
+        notes = cli.json("query", "show", str(launch["id"]), "--json")["snapshot"]["launch"]
+        assert any(
+            f"/{launch['config']['nccl'].split('/')[-2]}/libnccl.so.2" in n
+            for n in notes["notes"]
+            if "confirmed" in n
+        ), notes
