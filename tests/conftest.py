@@ -124,6 +124,10 @@ class Cli:
         assert result.returncode in codes, (result.returncode, result.stdout, result.stderr)
         return json.loads(result.stdout)  # type: ignore[no-any-return]
 
+    def bisect(self, good: str, bad: str, timeout: float = 240) -> dict:  # type: ignore[type-arg]
+        """`bisect start --good G --bad B --json`, which must exit 0: the report."""
+        return self.json("bisect", "start", "--good", good, "--bad", bad, "--json", timeout=timeout)
+
 
 @pytest.fixture
 def cli(tmp_path: Path) -> Cli:

@@ -35,6 +35,11 @@ ordered = false
 )
 
 
+def patch_names(value: str) -> list[str]:
+    """The patch names of a `patches` axis value (tokens are name@content-hash)."""
+    return [t.split("@")[0] for t in value.split("+") if t]
+
+
 def _patch(repo: Path, name: str, files: dict[str, str], out: Path) -> None:
     """A real `git diff` patch: write files in a scratch branch, diff, restore."""
     for rel, text in files.items():
@@ -102,9 +107,8 @@ def test_bad_patch_needing_another_is_found_by_ddmin(cli: Cli, tmp_path: Path) -
     assert report["status"] == "found", report["message"]
     culprit = report["culprit"]
     assert culprit["axis"] == "patches"
-    names = lambda v: [t.split("@")[0] for t in v.split("+") if t]  # noqa: E731
-    assert names(culprit["first_bad"]["patches"]) == ["p3.patch", "p4.patch"]
-    assert names(culprit["last_good"]["patches"]) == ["p3.patch"]
+    assert patch_names(culprit["first_bad"]["patches"]) == ["p3.patch", "p4.patch"]
+    assert patch_names(culprit["last_good"]["patches"]) == ["p3.patch"]
     assert culprit["effect_ms"]["delta"] > 15
     skipped = [p for p in report["path"] if p["verdict"] == "skip"]
     assert skipped and "p4.patch does not apply" in skipped[0]["reason"]
@@ -126,39 +130,22 @@ def _patch_set(repo: Path, tmp_path: Path, special: dict[int, dict[str, str]]) -
 def test_one_bad_patch_among_eight_with_the_commit_differing_too(cli: Cli, tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     every = _patch_set(repo.path, tmp_path, {6: {"cost/p6": "20 slow"}})
-    report = cli.json(
-        "bisect",
-        "start",
-        "--good",
-        f"{repo.shas[0]},patches=none",
-        "--bad",
-        f"{repo.shas[-1]},patches={every}",
-        "--json",
-    )
+    report = cli.bisect(f"{repo.shas[0]},patches=none", f"{repo.shas[-1]},patches={every}")
     assert report["status"] == "found", report["message"]
     assert report["culprit_axes"] == [["patches"]]
-    names = [t.split("@")[0] for t in report["culprit"]["first_bad"]["patches"].split("+")]
-    assert names[-1] == "p6.patch" and report["culprit"]["first_bad"]["commit"] == repo.shas[0]
+    first_bad = report["culprit"]["first_bad"]
+    assert patch_names(first_bad["patches"])[-1] == "p6.patch"
+    assert first_bad["commit"] == repo.shas[0]
 
 
 def test_two_patches_that_regress_only_together(cli: Cli, tmp_path: Path) -> None:
     repo = _repo(tmp_path)
     every = _patch_set(repo.path, tmp_path, {2: {"cost/pair_a": "0"}, 7: {"cost/pair_b": "0"}})
     head = repo.shas[-1]
-    report = cli.json(
-        "bisect",
-        "start",
-        "--good",
-        f"{head},patches=none",
-        "--bad",
-        f"{head},patches={every}",
-        "--json",
-    )
+    report = cli.bisect(f"{head},patches=none", f"{head},patches={every}")
     assert report["status"] == "found", report["message"]
-    names = [t.split("@")[0] for t in report["culprit"]["first_bad"]["patches"].split("+")]
-    assert names == ["p2.patch", "p7.patch"]
-    without = [t.split("@")[0] for t in report["culprit"]["last_good"]["patches"].split("+") if t]
-    assert without == ["p2.patch"]
+    assert patch_names(report["culprit"]["first_bad"]["patches"]) == ["p2.patch", "p7.patch"]
+    assert patch_names(report["culprit"]["last_good"]["patches"]) == ["p2.patch"]
 
 
 def test_interaction_of_commit_and_flag_is_attributed(cli: Cli, tmp_path: Path) -> None:

@@ -74,16 +74,7 @@ def _setup(cli: Cli, tmp_path: Path, nccl_cache: str, serve: str, values: str) -
 @pytest.mark.slow
 def test_nccl_version_is_bisected_and_confirmed(cli: Cli, tmp_path: Path, nccl_cache: str) -> None:
     sha = _setup(cli, tmp_path, nccl_cache, "python3 server.py {port}", '"2.27.7", "2.28.3"')
-    report = cli.json(
-        "bisect",
-        "start",
-        "--good",
-        f"{sha},nccl=2.27.7",
-        "--bad",
-        f"{sha},nccl=2.28.3",
-        "--json",
-        timeout=900,
-    )
+    report = cli.bisect(f"{sha},nccl=2.27.7", f"{sha},nccl=2.28.3", timeout=900)
     assert report["status"] == "found", report["message"]
     assert report["culprit"]["axis"] == "nccl"
     assert report["culprit"]["first_bad"]["nccl"] == "2.28.3"
@@ -160,16 +151,7 @@ def test_one_nccl_version_among_six_is_found(cli: Cli, tmp_path: Path) -> None:
         EXPERIMENT.format(serve="python3 server.py {port}", values=values)
     )
     sha = repo.shas[0]
-    report = cli.json(
-        "bisect",
-        "start",
-        "--good",
-        f"{sha},nccl={paths[0]}",
-        "--bad",
-        f"{sha},nccl={paths[-1]}",
-        "--json",
-        timeout=600,
-    )
+    report = cli.bisect(f"{sha},nccl={paths[0]}", f"{sha},nccl={paths[-1]}", timeout=600)
     assert report["status"] == "found", report["message"]
     assert report["culprit"]["first_bad"]["nccl"] == paths[3]  # 2.21.5
     assert report["culprit"]["last_good"]["nccl"] == paths[2]
