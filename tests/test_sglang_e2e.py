@@ -190,3 +190,16 @@ def test_the_port_leaves_room_for_the_ports_sglang_derives(tmp_path: Path) -> No
         host = _PortsHost([60999, 55536, taken - 10000, 40000])
         target = SglangTarget(experiment, tmp_path / "cache", host)
         assert target._free_port() == 40000
+
+
+def test_dry_run_of_an_installed_sglang(cli: Cli, tmp_path: Path, served_python: str) -> None:
+    _experiment(tmp_path, served_python)
+    result = cli.json(
+        "bisect", "start", "--good", "graphs=off", "--bad", "graphs=on", "--dry-run", "--json"
+    )
+    commands = result["commands"]
+    assert commands["sglang_version"] == "0.5.12"  # what the environment's sglang says
+    assert "no build: build = installed" in commands["build"][0]
+    assert commands["serve"].endswith("--disable-cuda-graph")  # the first configuration's args
+    assert commands["ready"].endswith("/health_generate")
+    assert not (tmp_path / "cache" / "logs").exists()  # nothing ran
