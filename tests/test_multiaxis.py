@@ -95,14 +95,8 @@ def test_bad_patch_needing_another_is_found_by_ddmin(cli: Cli, tmp_path: Path) -
         EXPERIMENT.format(patches=f"[axes.patches]\nfiles = [{files}]\n")
     )
     head = repo.shas[-1]
-    report = cli.json(
-        "bisect",
-        "start",
-        "--good",
-        f"{head},patches=none",
-        "--bad",
-        f"{head},patches=p1.patch+p2.patch+p3.patch+p4.patch",
-        "--json",
+    report = cli.bisect(
+        f"{head},patches=none", f"{head},patches=p1.patch+p2.patch+p3.patch+p4.patch"
     )
     assert report["status"] == "found", report["message"]
     culprit = report["culprit"]
@@ -151,15 +145,7 @@ def test_two_patches_that_regress_only_together(cli: Cli, tmp_path: Path) -> Non
 def test_interaction_of_commit_and_flag_is_attributed(cli: Cli, tmp_path: Path) -> None:
     repo = _repo(tmp_path, interaction_at=7)
     (tmp_path / "perfbisect.toml").write_text(EXPERIMENT.format(patches=""))
-    report = cli.json(
-        "bisect",
-        "start",
-        "--good",
-        f"{repo.shas[0]},flag=a",
-        "--bad",
-        f"{repo.shas[-1]},flag=b",
-        "--json",
-    )
+    report = cli.bisect(f"{repo.shas[0]},flag=a", f"{repo.shas[-1]},flag=b")
     assert report["status"] == "found", report["message"]
     assert sorted(report["culprit_axes"][0]) == ["commit", "flag"]
     assert "needs" in report["message"]
@@ -176,15 +162,7 @@ def test_two_stacked_regressions_on_two_axes(cli: Cli, tmp_path: Path) -> None:
     # first commit triples whatever it is: each axis is bad on its own.
     repo = _repo(tmp_path, interaction_at=0, step_at=5)
     (tmp_path / "perfbisect.toml").write_text(EXPERIMENT.format(patches=""))
-    report = cli.json(
-        "bisect",
-        "start",
-        "--good",
-        f"{repo.shas[0]},flag=a",
-        "--bad",
-        f"{repo.shas[-1]},flag=b",
-        "--json",
-    )
+    report = cli.bisect(f"{repo.shas[0]},flag=a", f"{repo.shas[-1]},flag=b")
     assert report["status"] == "found", report["message"]
     assert sorted(map(tuple, report["culprit_axes"])) == [("commit",), ("flag",)]
     by_axis = {c["axis"]: c for c in report["culprits"]}

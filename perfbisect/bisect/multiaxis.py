@@ -307,15 +307,14 @@ class MultiAxisEngine(Engine):
                 # Every ddmin step trusted a verdict; the result is trusted only once its own
                 # launches agree on one level. Two slow outlier launches can make a good subset
                 # "fail"; then its corrected verdict steers a second ddmin run elsewhere.
-                found = self._config(held, **{axis: join_set([*base, *minimal], members)})
-                position = self._position(found)
+                with_all = self._config(held, **{axis: join_set([*base, *minimal], members)})
+                position = self._position(with_all)
                 yield from self._anchor([position])
                 assert self._top is not None
                 verdict = self._decide(position, self._top) or Verdict.UNCLEAR
                 self._set_verdict(position, verdict, self._top)
                 if verdict in (Verdict.BAD, Verdict.INTERMEDIATE):
                     break
-            with_all = self._config(held, **{axis: join_set([*base, *minimal], members)})
             without = self._config(held, **{axis: join_set([*base, *minimal[:-1]], members)})
             yield from self._judge(without)
             yield from self._judge(with_all)

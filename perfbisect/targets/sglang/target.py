@@ -167,6 +167,15 @@ class SglangTarget(CommandTarget):
 
     def _installed(self) -> tuple[str, Version | None, BuildInfo]:
         """``build = "installed"``: serve the SGLang that ``python`` imports, as it is."""
+        python, version, location, site = self._probe_installed()
+        install_timer(self.host, site)
+        note = (
+            f"installed sglang {version or 'unknown'} at {location} (no build: build = installed)"
+        )
+        return python, version, BuildInfo("ok", True, 0.0, note)
+
+    def _probe_installed(self) -> tuple[str, Version | None, str, str]:
+        """The interpreter, the SGLang version it imports, where from, and its site-packages."""
         python = str(self.sglang.get("python", "python3"))
         probe = self.host.run([python, "-c", _INSTALLED_PROBE], timeout_s=300)
         if not probe.ok:
@@ -178,9 +187,7 @@ class SglangTarget(CommandTarget):
             version: Version | None = Version(raw_version)
         except InvalidVersion:
             version = None
-        install_timer(self.host, site)
-        note = f"installed sglang {raw_version} at {location} (no build: build = installed)"
-        return python, version, BuildInfo("ok", True, 0.0, note)
+        return python, version, location, site
 
     def _samples(self, output: str) -> tuple[list[float], list[str]]:
         return verify_samples(output)
@@ -202,13 +209,7 @@ class SglangTarget(CommandTarget):
         """Every command one launch runs on the host, for ``bisect start --dry-run``."""
         values = self._values(config, "<worktree>", 0)
         if self.installed:
-            python = str(self.sglang.get("python", "python3"))
-            probe = self.host.run([python, "-c", _INSTALLED_PROBE], timeout_s=300)
-            raw = probe.output.strip().splitlines()[-3] if probe.ok else ""
-            try:
-                version: Version | None = Version(raw)
-            except InvalidVersion:
-                version = None
+            python, version, _, _ = self._probe_installed()
             steps = [
                 f"{python} -c {shlex.quote(_INSTALLED_PROBE)}   # no build: build = installed",
                 f"install {BOOT.name} + .pth into {python}'s site-packages",
