@@ -116,6 +116,12 @@ def stand_in() -> Iterator[int]:
     server.shutdown()
 
 
+def _workload(port: int, timing: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """perfbisect's workload client, run as the target runs it, against the stand-in."""
+    argv = [sys.executable, str(WORKLOAD), "--port", str(port), "--timing-dir", str(timing)]
+    return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=60)
+
+
 def test_workload_reads_the_measured_window(stand_in: int, tmp_path: Path) -> None:
     (tmp_path / "verify.rank0.1.jsonl").write_text(
         json.dumps({"t": 1.0, "ms": 99.0, "bs": 1, "graph": True})
@@ -124,42 +130,12 @@ def test_workload_reads_the_measured_window(stand_in: int, tmp_path: Path) -> No
         + "\n"
     )
     _StandIn.fail = False
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(WORKLOAD),
-            "--port",
-            str(stand_in),
-            "--timing-dir",
-            str(tmp_path),
-            "--requests",
-            "8",
-            "--concurrency",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = _workload(stand_in, tmp_path, "--requests", "8", "--concurrency", "2")
     assert out.returncode == 0, out.stderr
     verify = [line for line in out.stdout.splitlines() if line.startswith("verify ")]
     assert len(verify) == 1 and '"ms": 5.0' in verify[0]
     assert "tokens=128" in out.stdout and "accept_length=2.750" in out.stdout
     _StandIn.fail = True
-    failed = subprocess.run(
-        [
-            sys.executable,
-            str(WORKLOAD),
-            "--port",
-            str(stand_in),
-            "--timing-dir",
-            str(tmp_path),
-            "--warmup",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    failed = _workload(stand_in, tmp_path, "--warmup", "0")
     assert failed.returncode == 1
     assert "HTTP 500" in failed.stderr and "CUDA out of memory" in failed.stderr
