@@ -36,8 +36,7 @@ def test_bashrc_guard_scenario_over_ssh(cli: Cli, ssh_server: SshServer, tmp_pat
             ssh_server.address,
             "--ssh-config",
             str(ssh_server.ssh_config),
-            "--watch",
-            "NCCL_PROTO",
+            # no --watch: the README's case must be found without being told what to look for
             "--env",
             "NCCL_ALGO=Ring",
             "--env",
@@ -54,7 +53,8 @@ def test_bashrc_guard_scenario_over_ssh(cli: Cli, ssh_server: SshServer, tmp_pat
     guard = [h for h in result["hints"] if h["kind"] == "non-interactive-guard"]
     assert len(guard) == 1 and guard[0]["variable"] == "NCCL_PROTO"
     assert f"~/.bashrc:{export_line}" in guard[0]["message"]
-    assert f"guard at line {guard_line}" in guard[0]["message"]
+    assert f"guard at ~/.bashrc:{guard_line}" in guard[0]["message"]
+    assert "sourced via" not in guard[0]["message"]  # ssh reads ~/.bashrc itself
     assert "ssh, sitecustomize" in guard[0]["message"]
     for method in ("tmux", "ssh", "direct"):
         assert cells(result, "NCCL_ALGO", method) == dict.fromkeys(STAGES, "present"), method

@@ -23,6 +23,7 @@ from conftest import Cli
 
 from perfbisect.experiment import load_experiment
 from perfbisect.hosts.local import LocalHost
+from perfbisect.targets.pyenv import layered_venv_argv
 from perfbisect.targets.sglang.target import SglangTarget
 
 STANDIN = Path(__file__).with_name("standin_sglang") / "sglang"
@@ -63,10 +64,8 @@ ordered = false
 def served_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A real environment whose site-packages holds the stand-in `sglang` package."""
     env = tmp_path_factory.mktemp("sglang-env") / "venv"
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env)],
-        check=True,
-    )
+    # Layered as perfbisect layers its own environments: the test runner's venv (torch) shows.
+    subprocess.run(layered_venv_argv(sys.executable, str(env)), check=True, capture_output=True)
     python = env / "bin" / "python"
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],

@@ -6,6 +6,7 @@ import shutil
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 STYLE = {"present": "green", "different": "yellow", "absent": "red"}
@@ -19,13 +20,18 @@ def _console() -> Console:
 def render_env_propagation(result: dict[str, Any], console: Console | None = None) -> None:
     console = console or _console()
     console.print(
-        f"[bold]env-propagation[/] on {result['host']} (methods: {', '.join(result['methods'])})"
+        f"[bold]env-propagation[/] on {escape(result['host'])} "
+        f"(methods: {', '.join(result['methods'])})"
     )
     stages = result["stages"]
     table = Table("variable", "method", *stages, "source")
     for name in result["variables"]:
         source = result["sources"].get(name, {})
-        origin = ["delivered" if source.get("delivered") else "", *source.get("host", [])]
+        origin = [
+            "delivered by perfbisect" if source.get("delivered") else "",
+            source.get("perfbisect", ""),
+            *source.get("host", []),
+        ]
         first = True
         for method in result["methods"]:
             cells = result["matrix"].get(name, {}).get(method)
@@ -40,22 +46,33 @@ def render_env_propagation(result: dict[str, Any], console: Console | None = Non
                 text = cell["value"] if cell["status"] != "absent" else "absent"
                 if cell["status"] == "different":
                     text = f"≠ {text}"
-                row.append(f"[{STYLE[cell['status']]}]{text}[/]")
+                row.append(f"[{STYLE[cell['status']]}]{escape(str(text))}[/]")
             table.add_row(
-                name if first else "",
+                escape(name) if first else "",
                 method,
                 *row,
-                "; ".join(o for o in origin if o) if first else "",
+                escape("; ".join(o for o in origin if o)) if first else "",
             )
             first = False
     console.print(table)
     for hint in result["hints"]:
-        console.print(f"[yellow]hint[/] ({hint['kind']}): {hint['message']}")
+        console.print(f"[yellow]hint[/] ({hint['kind']}): {escape(hint['message'])}")
     for method, notes in result.get("notes", {}).items():
         for note in notes:
-            console.print(f"[dim]{method}: {note}[/]")
+            console.print(f"[dim]{method}: {escape(note)}[/]")
+    ssh = result.get("ssh") or {}
+    if ssh.get("sshd") or ssh.get("sshd_error"):
+        console.print(f"[dim]sshd: {escape(ssh.get('sshd') or ssh.get('sshd_error') or '')}[/]")
+    if result.get("reference") is None:
+        console.print(
+            "[dim]the host user's login environment could not be read: hints that compare "
+            "with it are off[/]"
+        )
     for method, reason in result["errors"].items():
-        console.print(f"[red]{method} failed:[/] {reason}")
+        if reason.startswith("not run:"):
+            console.print(f"[yellow]{method} {escape(reason)}[/]")
+        else:
+            console.print(f"[red]{method} failed:[/] {escape(reason)}")
 
 
 def render_hardware(snapshot: dict[str, Any], console: Console | None = None) -> None:

@@ -217,8 +217,12 @@ class LocalHost:
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(target.name + ".tmp")
-        tmp.write_bytes(data)
-        tmp.chmod(mode)
+        tmp.unlink(missing_ok=True)
+        # Created with its final mode: a secret-holding file (0600) is never readable by others.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        tmp.chmod(mode)  # the umask may have taken bits away
         tmp.replace(target)
 
     def read_text(self, path: str) -> str | None:

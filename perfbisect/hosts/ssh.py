@@ -14,7 +14,6 @@ a channel that would die with the connection.
 from __future__ import annotations
 
 import base64
-import io
 import shlex
 import sys
 import time
@@ -33,6 +32,7 @@ from perfbisect.hosts.base import (
     stop_tree,
     tree_of,
 )
+from perfbisect.hosts.openssh import OpenSshClient
 
 if TYPE_CHECKING:  # fabric is imported lazily: `perfbisect --help` must stay fast
     import fabric
@@ -288,8 +288,24 @@ class SshHost:
     ) -> SshProcess:
         return self.spawn_shell(shell_line(argv, cwd, env), log_path=log_path)
 
-    def spawn_shell(self, script: str, *, log_path: str) -> SshProcess:
-        """Start shell text detached in its own session; the pid is the group leader."""
+    def openssh(self) -> OpenSshClient:
+        """The user's OpenSSH client pointed at this host, with this host's ssh settings."""
+        return OpenSshClient(
+            self.target.host,
+            user=self.target.user,
+            port=self.target.port,
+            ssh_config=self.options.ssh_config,
+            known_hosts=self.options.known_hosts,
+            accept_new_host_key=self.options.accept_new_host_key,
+            connect_timeout_s=self.options.connect_timeout_s,
+        )
+
+    def spawn_shell(
+        self, script: str, *, log_path: str, client: OpenSshClient | None = None
+    ) -> SshProcess:
+        """Start shell text detached in its own session; the pid is the group leader. With
+        ``client`` the start goes through the user's OpenSSH client (its SendEnv, ProxyJump,
+        Match...), so the process gets that world's environment; control stays here."""
         exit_path = f"{log_path}.exit"
         inner = f"{script}\necho $? > {shlex.quote(exit_path)}"
         wrapper = (
@@ -298,7 +314,9 @@ class SshHost:
             f"(setsid sh -c {shlex.quote(inner)} > {shlex.quote(log_path)} 2>&1 < /dev/null &"
             " echo $!)"
         )
-        result = self.run_shell(wrapper, timeout_s=60)
+        result = (
+            client.run(wrapper, timeout_s=60) if client else self.run_shell(wrapper, timeout_s=60)
+        )
         try:
             pid = int(result.output.strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -312,7 +330,9 @@ class SshHost:
         self.run(["mkdir", "-p", str(Path(path).parent)])
         tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
         sftp = conn.sftp()
-        sftp.putfo(io.BytesIO(data), tmp)
+        with sftp.open(tmp, "wb") as fh:
+            fh.chmod(mode)  # before any byte is written: a 0600 secret file is never readable
+            fh.write(data)
         sftp.chmod(tmp, mode)
         sftp.posix_rename(tmp, path)
 

@@ -52,6 +52,43 @@ class LaunchOptions:
     accept_new_host_key: bool = False
 
 
+class CleanedUpProcess:
+    """A started process plus generated files (holding delivered values, secrets among them)
+    that are deleted when it is stopped, whatever else happens."""
+
+    def __init__(self, inner: HostProcess, host: Host, paths: list[str]) -> None:
+        self.inner = inner
+        self.host = host
+        self.paths = paths
+
+    @property
+    def pid(self) -> int:
+        return self.inner.pid
+
+    @property
+    def log_path(self) -> str:
+        return self.inner.log_path
+
+    @property
+    def notes(self) -> list[str]:
+        return self.inner.notes
+
+    def poll(self) -> int | None:
+        return self.inner.poll()
+
+    def log_tail(self, lines: int = 20) -> str:
+        return self.inner.log_tail(lines)
+
+    def tree_alive(self) -> list[int]:
+        return self.inner.tree_alive()
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        try:
+            self.inner.stop(grace_s)
+        finally:
+            self.host.run(["rm", "-rf", *self.paths], timeout_s=30)
+
+
 class Launcher(Protocol):
     method: Method
 

@@ -17,7 +17,7 @@ import shlex
 
 from perfbisect.errors import StepFailed
 from perfbisect.hosts.base import Host, HostProcess
-from perfbisect.launch.base import LaunchOptions, LaunchSpec, Method
+from perfbisect.launch.base import CleanedUpProcess, LaunchOptions, LaunchSpec, Method
 from perfbisect.launch.direct import SHELL
 from perfbisect.launch.ssh import SshLauncher
 
@@ -78,11 +78,12 @@ class SitecustomizeLauncher:
     def __init__(self, options: LaunchOptions) -> None:
         self.options = options
 
-    def write(self, host: Host, values: dict[str, str]) -> str:
-        """Write the generated module on the host; returns its directory."""
+    def write(self, host: Host, values: dict[str, str], tag: str) -> str:
+        """Write the generated module on the host (0600: it holds the delivered values, secrets
+        among them); returns its directory, which the launch deletes when it ends."""
         text = render(values)
-        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-        folder = f"{host.cache_dir()}/sitecustomize/{digest}"
+        digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+        folder = f"{host.cache_dir()}/sitecustomize/{tag}-{digest}"
         host.write_file(f"{folder}/sitecustomize.py", text.encode(), mode=0o600)
         return folder
 
@@ -113,7 +114,15 @@ class SitecustomizeLauncher:
         )
 
     def start(self, host: Host, spec: LaunchSpec) -> HostProcess:
-        folder = self.write(host, dict(spec.tuning_env))
+        folder = self.write(host, dict(spec.tuning_env), spec.tag)
+        try:
+            process = self._start(host, spec, folder)
+        except BaseException:
+            host.run(["rm", "-rf", folder], timeout_s=30)
+            raise
+        return CleanedUpProcess(process, host, [folder])
+
+    def _start(self, host: Host, spec: LaunchSpec, folder: str) -> HostProcess:
         notes = self.check(host, folder)
         prefix = pythonpath_prefix(folder)
         if host.is_local:

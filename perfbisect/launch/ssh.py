@@ -1,12 +1,15 @@
-"""``ssh``: ``ssh host 'cd DIR && VAR=... exec sh -c CMD'``, a non-interactive remote shell, so
-the shell's start-up files apply exactly as for a person running ssh commands (Debian's
-``~/.bashrc`` returns at once when not interactive). From the local host it goes to
-``[launch] ssh_address`` (default ``ssh://localhost``)."""
+"""``ssh``: ``ssh host 'cd DIR && VAR=... exec sh -c CMD'`` run by the user's own OpenSSH
+client, so what reaches the server is what the user's ``ssh host cmd`` delivers: the variables
+``SendEnv`` forwards (and sshd's ``AcceptEnv`` keeps), ProxyJump, ControlMaster, Match blocks,
+and the remote shell's start-up files (Debian's ``~/.bashrc`` returns at once when not
+interactive). From the local host it goes to ``[launch] ssh_address`` (default
+``ssh://localhost``). Process control (poll, stop, logs) goes through the paramiko host."""
 
 from __future__ import annotations
 
 import shlex
 
+from perfbisect.errors import StepFailed
 from perfbisect.hosts.base import Host, HostProcess
 from perfbisect.hosts.ssh import SshHost, SshOptions, SshProcess
 from perfbisect.launch.base import LaunchOptions, LaunchSpec, Method
@@ -54,13 +57,24 @@ class SshLauncher:
         self, host: Host, spec: LaunchSpec, env: dict[str, str], prefix: str = ""
     ) -> HostProcess:
         target, owned = self.ssh_host(host)
-        process = target.spawn_shell(ssh_command(spec, env, prefix), log_path=spec.log_path)
-        if owned:
-            owned_process = _OwnedSshProcess(
-                target, process.pid, process.log_path, process.exit_path
+        client = target.openssh()
+        if not client.available():
+            raise StepFailed(
+                "launch",
+                "the OpenSSH client `ssh` is not installed (apt-get install openssh-client)",
             )
-            owned_process.notes.append(f"started through {target.address}")
-            return owned_process
+        try:
+            process = target.spawn_shell(
+                ssh_command(spec, env, prefix), log_path=spec.log_path, client=client
+            )
+        except BaseException:
+            if owned:
+                target.close()
+            raise
+        if owned:
+            process = _OwnedSshProcess(target, process.pid, process.log_path, process.exit_path)
+            process.notes.append(f"started through {target.address}")
+        process.notes.append(f"command delivered by the OpenSSH client: {client.describe()}")
         return process
 
     def start(self, host: Host, spec: LaunchSpec) -> HostProcess:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
+import socket
 import sys
 import time
 import uuid
@@ -23,7 +25,9 @@ from typing import Any
 
 from perfbisect.errors import StepFailed
 from perfbisect.hosts.base import Host
+from perfbisect.hosts.openssh import OpenSshClient
 from perfbisect.launch.base import LaunchOptions, LaunchSpec, Method, make_launcher
+from perfbisect.launch.ssh import SshLauncher
 from perfbisect.probes import provenance
 from perfbisect.redact import REDACTED, is_secret
 from perfbisect.targets.command import PRESERVED_ENV
@@ -35,6 +39,15 @@ STAGES = ("shell", "python", "spawn_child", "c_getenv")
 # Set by the probe itself or by the sitecustomize launcher: not the user's variables.
 OWN = ("NCCL_DEBUG_FILE", "PERFBISECT_SITECUSTOMIZE", "PERFBISECT_SITECUSTOMIZE_SHADOWED")
 NON_INTERACTIVE = (Method.SSH, Method.SITECUSTOMIZE)
+# Variables that differ between any two sessions by nature (terminal, session, shell state):
+# a difference in them says nothing about the launch method.
+SESSION_NOISE = re.compile(
+    r"^(PWD|OLDPWD|SHLVL|_|TMUX|TMUX_PANE|TERM|TERM_PROGRAM.*|TERMCAP|COLORTERM|COLUMNS|LINES|"
+    r"SSH_CLIENT|SSH_CONNECTION|SSH_TTY|SSH_AUTH_SOCK|SSH_ORIGINAL_COMMAND|MAIL|MOTD_SHOWN|"
+    r"LS_COLORS|PS1|PS2|PROMPT_COMMAND|HIST.*|XDG_.*|DBUS_.*|WINDOWID|DISPLAY|LESS.*|"
+    r"PERFBISECT_.*|PYTEST_.*|fish_.*|__.*)$"
+)
+EXPLICIT_SOURCE = "perfbisect: passed explicitly because it is set where perfbisect runs"
 
 
 @dataclass(frozen=True)
@@ -45,26 +58,21 @@ class ProbeRequest:
     gpus: int = 0  # ranks with a real NCCL communicator (0: no GPU stage)
     python: str | None = None  # the host's Python for the chain (default: ours / python3)
     timeout_s: float = 120.0
-    reference_env: Mapping[str, str] | None = None  # "your shell" (default: ours, local host)
+    # "your environment": default ours on the local host, the login shell's on a remote one
+    reference_env: Mapping[str, str] | None = None
+    # passed to every launch by perfbisect itself (targets.command.PRESERVED_ENV found here)
+    explicit: Mapping[str, str] | None = None
+
+    def passed(self) -> dict[str, str]:
+        if self.explicit is not None:
+            return dict(self.explicit)
+        return {k: os.environ[k] for k in PRESERVED_ENV if k in os.environ}
 
 
 def _value(name: str, value: str | None) -> str | None:
     if value is None:
         return None
     return REDACTED if is_secret(name) else value
-
-
-def _parse_env0(text: str) -> dict[str, str]:
-    env = {}
-    for item in text.split("\0"):
-        if "=" in item:
-            name, value = item.split("=", 1)
-            env[name] = value
-    return env
-
-
-def _watched(env: Mapping[str, str], names: set[str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k in names or k.startswith(PREFIXES)}
 
 
 def _run_method(
@@ -75,7 +83,7 @@ def _run_method(
     python = request.python or (sys.executable if host.is_local else "python3")
     names = sorted(set(ALWAYS) | set(request.deliver) | set(request.watch))
     host.write_file(f"{folder}/envchain.py", SCRIPT.read_bytes())
-    spec_json = {"names": names, "prefixes": list(PREFIXES), "gpus": request.gpus}
+    spec_json = {"names": names, "prefixes": list(PREFIXES), "gpus": request.gpus, "all": True}
     host.write_file(f"{folder}/watch.json", json.dumps(spec_json).encode())
     command = (
         f"env -0 > {shlex.quote(folder)}/shell.env0; "
@@ -87,7 +95,7 @@ def _run_method(
         log_path=f"{folder}/probe.log",
         tag=f"probe-{uuid.uuid4().hex[:8]}-{method.value}",
         tuning_env=dict(request.deliver),
-        plain_env={k: os.environ[k] for k in PRESERVED_ENV if k in os.environ},
+        plain_env=request.passed(),
     )
     launcher = make_launcher(method, LaunchOptions(**{**options.__dict__, "python": python}))
     process = launcher.start(host, spec)
@@ -111,9 +119,8 @@ def _run_method(
     parent, child, nccl = load("parent.json"), load("child.json"), load("nccl.json")
     if shell_text is None or parent is None or child is None:
         raise StepFailed("probe", f"the probe chain stopped early (exit {code}): {tail}")
-    name_set = set(names)
     stages: dict[str, dict[str, str]] = {
-        "shell": _watched(_parse_env0(shell_text), name_set),
+        "shell": provenance.parse_env0(shell_text),
         "python": parent["env"],
         "spawn_child": child["env"],
         "c_getenv": {k: v for k, v in child["getenv"].items() if v is not None},
@@ -134,33 +141,71 @@ def _run_method(
     }
 
 
+LOOPBACK = ("localhost", "127.0.0.1", "::1", "ip6-localhost")
+
+
+def _ssh_client(host: Host, options: LaunchOptions) -> tuple[OpenSshClient, Host | None]:
+    """The OpenSSH client the ssh method uses, and the host whose sshd it reaches (None when
+    that is neither the probed host nor this machine)."""
+    target, _ = SshLauncher(options).ssh_host(host)  # not connected until used
+    if target is host:
+        return target.openssh(), host
+    is_here = target.target.host in LOOPBACK or target.target.host == socket.gethostname()
+    return target.openssh(), (host if host.is_local and is_here else None)
+
+
 def run_probe(host: Host, request: ProbeRequest, options: LaunchOptions) -> dict[str, Any]:
     """Run the chain for every method and assemble the (redacted) result."""
     base = f"{host.cache_dir()}/probes/env-{uuid.uuid4().hex[:10]}"
-    names = set(ALWAYS) | set(request.deliver) | set(request.watch)
-    # tmux's global environment must be read before a tmux launch starts a server.
-    sources = provenance.gather(host, names | set(os.environ if host.is_local else ()))
-    raw: dict[str, dict[str, Any]] = {}
+    host.run(["mkdir", "-p", "-m", "700", base], timeout_s=30)
     errors: dict[str, str] = {}
+    methods = list(request.methods)
+    raw: dict[str, dict[str, Any]] = {}
     try:
-        for method in request.methods:
+        client: OpenSshClient | None = None
+        files: Host | None = None
+        if Method.SSH in methods:
+            client, files = _ssh_client(host, options)
+            why = client.check()
+            if why:  # seconds, not the back-off of a host that went away
+                errors[Method.SSH.value] = f"not run: {why}"
+                methods.remove(Method.SSH)
+                client = None
+        # tmux's global environment must be read before a tmux launch starts a server.
+        sources = provenance.gather(host, ssh_client=client, ssh_files=files)
+        reference: dict[str, str] | None
+        if request.reference_env is not None:
+            reference = dict(request.reference_env)
+        elif host.is_local:
+            reference = dict(os.environ)
+        else:  # "your environment" on that host: its user's login shell
+            reference = provenance.login_environment(host, base)
+        for method in methods:
             try:
                 raw[method.value] = _run_method(host, method, request, options, base)
             except StepFailed as exc:
                 errors[method.value] = exc.reason
     finally:
         host.run(["rm", "-rf", base], timeout_s=60)
-    reference = dict(request.reference_env if request.reference_env is not None else {})
-    if request.reference_env is None and host.is_local:
-        reference = dict(os.environ)
-    return assemble(request, raw, errors, sources, reference, host.address)
+    return assemble(request, raw, errors, sources, reference, dict(os.environ), host.address)
 
 
-def _variables(request: ProbeRequest, raw: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    seen = set(request.deliver) | set(request.watch)
+def _variables(
+    request: ProbeRequest, raw: Mapping[str, Mapping[str, Any]], explicit: Mapping[str, str]
+) -> list[str]:
+    """The rows: what was delivered, watched or passed; every variable of the watched families
+    seen at any stage; and every variable whose value differs between methods."""
+    seen = set(request.deliver) | set(request.watch) | set(explicit)
     for result in raw.values():
         for env in result["stages"].values():
-            seen.update(env)
+            seen.update(n for n in env if n.startswith(PREFIXES) or n in ALWAYS)
+    envs = [result["stages"]["python"] for result in raw.values()]
+    if len(envs) > 1:
+        for name in set().union(*envs):
+            if SESSION_NOISE.match(name) or name in seen:
+                continue
+            if len({env.get(name) for env in envs}) > 1:
+                seen.add(name)
     return sorted(v for v in seen if v not in OWN)
 
 
@@ -169,14 +214,16 @@ def assemble(
     raw: Mapping[str, Mapping[str, Any]],
     errors: Mapping[str, str],
     sources: provenance.HostSources,
-    reference: Mapping[str, str],
+    reference: Mapping[str, str] | None,
+    client_env: Mapping[str, str],
     address: str,
 ) -> dict[str, Any]:
-    variables = _variables(request, raw)
+    explicit = request.passed()
+    variables = _variables(request, raw, explicit)
     stages = [*STAGES, *(["nccl"] if request.gpus else [])]
     matrix: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
     for name in variables:
-        expected = request.deliver.get(name)
+        expected = request.deliver.get(name, explicit.get(name))
         row: dict[str, dict[str, dict[str, Any]]] = {}
         for method, result in raw.items():
             cells = {}
@@ -197,96 +244,162 @@ def assemble(
                 cells[stage] = {"status": status, "value": _value(name, value)}
             row[method] = cells
         matrix[name] = row
-    hints = _hints(request, raw, sources, reference, variables)
+    context = _Context(request, raw, sources, reference, client_env, explicit)
+    ssh = sources.ssh
     return {
         "host": address,
         "methods": [m.value for m in request.methods],
         "stages": stages,
         "delivered": {k: _value(k, v) for k, v in request.deliver.items()},
+        "passed_explicitly": {k: _value(k, v) for k, v in explicit.items()},
         "watched": sorted(request.watch),
         "variables": variables,
         "matrix": matrix,
-        "sources": _sources(request, sources, variables),
-        "hints": hints,
+        "sources": {name: context.sources(name) for name in variables},
+        "hints": context.hints(variables),
         "errors": dict(errors),
+        "reference": "your environment"
+        if address == "local"
+        else "the login environment of the host's user"
+        if reference is not None
+        else None,
+        "ssh": None
+        if ssh is None
+        else {
+            "client": ssh.client,
+            "send_env": ssh.send_env,
+            "sshd": ssh.sshd.summary() if ssh.sshd else None,
+            "sshd_error": ssh.sshd_error,
+        },
         "nccl": {m: r["nccl"] for m, r in raw.items() if r.get("nccl")},
         "notes": {m: r["notes"] for m, r in raw.items() if r.get("notes")},
     }
 
 
-def _sources(
-    request: ProbeRequest, sources: provenance.HostSources, variables: Sequence[str]
-) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for name in variables:
-        host_sources = [
-            f"{a.file}:{a.line}"
-            + (
-                f" (after the non-interactive guard at line {a.after_guard})"
-                if a.after_guard
-                else ""
-            )
-            for a in sources.startup
-            if a.name == name
+@dataclass
+class _Context:
+    request: ProbeRequest
+    raw: Mapping[str, Mapping[str, Any]]
+    sources_: provenance.HostSources
+    reference: Mapping[str, str] | None
+    client_env: Mapping[str, str]
+    explicit: Mapping[str, str]
+
+    def has(self, method: Method, name: str) -> bool | None:
+        result = self.raw.get(method.value)
+        if result is None:
+            return None
+        stages = result["stages"]
+        return name in stages["shell"] or name in stages["python"]
+
+    def absent_in(self, name: str, methods: Sequence[Method]) -> list[str]:
+        return [m.value for m in methods if self.has(m, name) is False]
+
+    def sources(self, name: str) -> dict[str, Any]:
+        src = self.sources_
+        host = [a.where() for a in src.startup if a.name == name]
+        host += [
+            f"{a.file}:{a.line}" for a in src.etc_environment + src.nccl_conf if a.name == name
         ]
-        host_sources += [
-            f"{a.file}:{a.line}"
-            for a in sources.etc_environment + sources.nccl_conf
-            if a.name == name
-        ]
-        if sources.tmux_global.get(name) is not None:
-            host_sources.append("tmux global environment")
-        out[name] = {"delivered": name in request.deliver, "host": host_sources}
-    return out
+        for a in src.ssh_environment:
+            if a.name == name:
+                permit = src.ssh.sshd.permit_user_environment if src.ssh and src.ssh.sshd else None
+                state = (
+                    f"PermitUserEnvironment {permit.pattern} [{permit.where}]"
+                    if permit
+                    else ("PermitUserEnvironment unknown")
+                )
+                host.append(f"{a.file}:{a.line} (applied by sshd only with {state})")
+        if src.tmux_global.get(name) is not None:
+            host.append("tmux global environment")
+        crossing = self.ssh_crossing(name)
+        if crossing and self.has(Method.SSH, name):
+            host.append(crossing)
+        out: dict[str, Any] = {
+            "delivered": name in self.request.deliver,
+            "explicit": name in self.explicit and name not in self.request.deliver,
+            "host": host,
+        }
+        if out["explicit"]:
+            out["perfbisect"] = EXPLICIT_SOURCE
+        return out
 
+    def ssh_crossing(self, name: str) -> str | None:
+        """How ``name`` crosses `ssh host cmd` from this client, when SendEnv sends it."""
+        ssh = self.sources_.ssh
+        if ssh is None or name not in self.client_env or not provenance.matches(name, ssh.send_env):
+            return None
+        sent = next(p for p in ssh.send_env if provenance.matches(name, [p]))
+        rule = ssh.sshd.accepts(name) if ssh.sshd else None
+        if rule is None:
+            return f"sent by the OpenSSH client (SendEnv {sent})"
+        cond = ", inside a Match block not evaluated here" if rule.conditional else ""
+        return (
+            f"sent by the OpenSSH client (SendEnv {sent}), accepted by sshd "
+            f"(AcceptEnv {rule.pattern} at {rule.where}{cond})"
+        )
 
-def _absent(
-    raw: Mapping[str, Mapping[str, Any]], name: str, methods: Sequence[Method]
-) -> list[str]:
-    return [
-        m.value
-        for m in methods
-        if m.value in raw
-        and name not in raw[m.value]["stages"]["shell"]
-        and name not in raw[m.value]["stages"]["python"]
-    ]
+    def hints(self, variables: Sequence[str]) -> list[dict[str, str]]:
+        hints: list[dict[str, str]] = []
 
+        def add(name: str, kind: str, message: str) -> None:
+            hints.append({"variable": name, "kind": kind, "message": message})
 
-def _hints(
-    request: ProbeRequest,
-    raw: Mapping[str, Mapping[str, Any]],
-    sources: provenance.HostSources,
-    reference: Mapping[str, str],
-    variables: Sequence[str],
-) -> list[dict[str, str]]:
-    hints: list[dict[str, str]] = []
-
-    def add(name: str, kind: str, message: str) -> None:
-        hints.append({"variable": name, "kind": kind, "message": message})
-
-    for a in sources.startup:
-        if a.name not in variables or a.after_guard is None:
-            continue
-        missed = _absent(raw, a.name, NON_INTERACTIVE)
-        if missed:
+        names = set(variables)
+        src = self.sources_
+        for a in src.startup:
+            if a.name not in names or not a.guard:
+                continue
+            missed = self.absent_in(a.name, NON_INTERACTIVE)
+            if not missed:
+                continue
+            via = f" (sourced via {' -> '.join(a.via)})" if a.via else ""
+            reached = "; login shells (tmux panes) do" if "login" in a.worlds else ""
             add(
                 a.name,
                 "non-interactive-guard",
-                f"{a.file}:{a.line} sets {a.name} after the non-interactive guard at line "
-                f"{a.after_guard}: shells started by `ssh host cmd` return before it, so "
-                f"{', '.join(missed)} never see it; interactive shells (tmux) do",
+                f"{a.file}:{a.line}{via} sets {a.name} after the non-interactive guard at "
+                f"{a.guard}: `ssh host cmd` stops there, so {', '.join(missed)} never see "
+                f"it{reached}. Move the export above the guard, or deliver it with [env]",
             )
-    if sources.tmux_running and Method.TMUX.value in raw:
+        self._tmux_hints(variables, add)
+        self._ssh_hints(variables, add)
+        self._sitecustomize_hints(add)
+        for a in src.nccl_conf:
+            if a.name in names and a.name.startswith("NCCL_"):
+                add(
+                    a.name,
+                    "nccl-conf",
+                    f"{a.file}:{a.line} sets {a.name}={_value(a.name, a.value)}: NCCL applies "
+                    "it when the variable is not in the process environment",
+                )
+        for a in src.etc_environment:
+            if a.name in names:
+                add(
+                    a.name,
+                    "etc-environment",
+                    f"/etc/environment:{a.line} sets {a.name}: pam_env applies it to ssh and "
+                    "login sessions when sshd uses PAM, not to processes started otherwise",
+                )
+        return hints
+
+    def _tmux_hints(self, variables: Sequence[str], add: Any) -> None:
+        src = self.sources_
+        if not src.tmux_running or self.reference is None:
+            return
         started = (
-            f" (started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(int(sources.tmux_started)))})"
-            if sources.tmux_started
+            f" (started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(int(src.tmux_started)))})"
+            if src.tmux_started
             else ""
         )
+        tmux = self.raw.get(Method.TMUX.value)
         for name in variables:
-            want = reference.get(name)
-            if want is None or name in request.deliver:
+            want = self.reference.get(name)
+            if want is None or name in self.request.deliver or name in self.explicit:
                 continue
-            have = sources.tmux_global.get(name)
+            if tmux is not None and tmux["stages"]["python"].get(name) == want:
+                continue  # the pane has it (its login shell set it): nothing went stale
+            have = src.tmux_global.get(name)
             if have == want:
                 continue
             state = "has no" if have is None else f"holds a stale value ({_value(name, have)}) of"
@@ -298,23 +411,61 @@ def _hints(
                 "server's environment, frozen when it started. Restart the tmux server or run "
                 f"`tmux set-environment -g {name} ...`",
             )
-    if sources.accept_env_known:
+
+    def _ssh_hints(self, variables: Sequence[str], add: Any) -> None:
+        ssh = self.sources_.ssh
+        if ssh is None or self.has(Method.SSH, "PATH") is None:
+            return
         for name in variables:
             if (
-                name in reference
-                and _absent(raw, name, (Method.SSH,))
-                and not provenance.matches(name, sources.accept_env)
+                name not in self.client_env
+                or name in self.request.deliver
+                or name in self.explicit
+                or not name.startswith(PREFIXES)
+                or self.has(Method.SSH, name)
             ):
+                continue
+            if not provenance.matches(name, ssh.send_env):
+                add(
+                    name,
+                    "ssh-sendenv",
+                    f"{name} is in your environment but `ssh host cmd` does not carry it: your "
+                    f"ssh client sends only SendEnv {' '.join(ssh.send_env) or '(none)'} "
+                    f"(`{ssh.client} -G`); add `SendEnv {name}` to ~/.ssh/config (and "
+                    "AcceptEnv on the host), or deliver it with [env]",
+                )
+                continue
+            if ssh.sshd is None:
                 add(
                     name,
                     "ssh-acceptenv",
-                    f"{name} is in your environment but `ssh host cmd` does not carry it: the "
-                    f"host's sshd accepts only AcceptEnv {' '.join(sources.accept_env) or '(none)'} "
-                    "(and SendEnv must name it on the client); perfbisect delivers [env] on the "
-                    "command line instead",
+                    f"{name} is sent by your ssh client (SendEnv) but did not arrive; sshd's "
+                    f"AcceptEnv could not be read ({ssh.sshd_error})",
                 )
-    site = raw.get(Method.SITECUSTOMIZE.value)
-    if site is not None:
+                continue
+            rule = ssh.sshd.accepts(name)
+            if rule is None:
+                add(
+                    name,
+                    "ssh-acceptenv",
+                    f"{name} is sent by your ssh client (SendEnv) but sshd drops it: "
+                    f"{ssh.sshd.summary()}. Add `AcceptEnv {name}` on the host, or deliver "
+                    "it with [env]",
+                )
+            else:
+                add(
+                    name,
+                    "ssh-dropped",
+                    f"{name} is sent (SendEnv) and accepted (AcceptEnv {rule.pattern} at "
+                    f"{rule.where}{', conditionally' if rule.conditional else ''}) but absent "
+                    "in the remote shell: a start-up file unsets it, or the Match block does "
+                    "not apply to this connection",
+                )
+
+    def _sitecustomize_hints(self, add: Any) -> None:
+        site = self.raw.get(Method.SITECUSTOMIZE.value)
+        if site is None:
+            return
         ours = site.get("sitecustomize") or ""
         if site.get("shadowed"):
             add(
@@ -329,22 +480,3 @@ def _hints(
                 "sitecustomize-shadow",
                 f"another sitecustomize ({ours or 'none'}) was imported instead of perfbisect's",
             )
-    for a in sources.nccl_conf:
-        if a.name not in variables or not a.name.startswith("NCCL_"):
-            continue
-        add(
-            a.name,
-            "nccl-conf",
-            f"{a.file}:{a.line} sets {a.name}={_value(a.name, a.value)}: NCCL applies it when "
-            "the variable is not in the process environment",
-        )
-    for a in sources.etc_environment:
-        if a.name not in variables:
-            continue
-        add(
-            a.name,
-            "etc-environment",
-            f"/etc/environment:{a.line} sets {a.name}: pam_env applies it to ssh and login "
-            "sessions when sshd uses PAM, not to processes started otherwise",
-        )
-    return hints

@@ -24,6 +24,8 @@ from typing import Any
 
 
 def watched(environ: dict[str, str], spec: dict[str, Any]) -> dict[str, str]:
+    if spec.get("all"):  # everything: the controller picks the rows (families, differences)
+        return dict(environ)
     names = set(spec["names"])
     prefixes = tuple(spec["prefixes"])
     return {k: v for k, v in environ.items() if k in names or k.startswith(prefixes)}

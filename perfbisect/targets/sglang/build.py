@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from perfbisect.errors import StepFailed
 from perfbisect.hosts.base import Host
+from perfbisect.targets.pyenv import layered_venv_shell
 from perfbisect.targets.sglang.deps import install_plan
 from perfbisect.targets.sglang.timer import install_timer
 
@@ -49,12 +50,10 @@ def build(
     target = shlex.quote(f"{worktree}/{plan.target}")
     steps = []
     if not reused:
-        # --without-pip: the base interpreter's pip and setuptools serve the environment (an
-        # ensurepip'd old setuptools would shadow them and could not build editable wheels).
-        steps.append(
-            f"rm -rf {shlex.quote(env_dir)} && {shlex.quote(base_python)} -m venv "
-            f"--system-site-packages --without-pip {shlex.quote(env_dir)}"
-        )
+        # Without pip: the parent environment's pip and setuptools serve it (an ensurepip'd
+        # old setuptools would shadow them and could not build editable wheels). Layered, so
+        # a venv's or conda env's torch and CUDA packages stay visible (targets/pyenv.py).
+        steps.append(f"rm -rf {shlex.quote(env_dir)} && {layered_venv_shell(base_python, env_dir)}")
         extra = " ".join(shlex.quote(a) for a in pip_args)
         steps.append(f"{shlex.quote(python)} -m pip install -q {extra} -e {target}")
         steps.append(f"touch {shlex.quote(env_dir)}/.perfbisect-deps-ok")

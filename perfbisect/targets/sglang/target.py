@@ -227,7 +227,8 @@ class SglangTarget(CommandTarget):
             )
             steps = [
                 f"{self.sglang.get('python', 'python3')} -m venv --system-site-packages "
-                f"--without-pip {envs_root(self.host)}/{plan.digest}   # once per pinned set",
+                f"--without-pip {envs_root(self.host)}/{plan.digest}   # once per pinned set, "
+                "layered on that interpreter's own environment",
                 f"{pretend}{python} -m pip install -e {worktree}/{plan.target}",
                 f"install {BOOT.name} + .pth into the environment's site-packages",
             ]
