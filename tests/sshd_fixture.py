@@ -37,13 +37,32 @@ class SshServer:
     def root_address(self) -> str:
         return f"ssh://root@127.0.0.1:{self.port}"
 
+    @property
+    def dropins(self) -> Path:
+        return self.root / "sshd_config.d"
+
+    def reload(self) -> None:
+        """SIGHUP: sshd re-reads its configuration (drop-ins included) for new connections."""
+        pid = int((self.root / "sshd.pid").read_text().strip())
+        os.kill(pid, 1)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # it re-executes itself, then listens again
+            time.sleep(0.2)
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+        raise RuntimeError("sshd did not come back after SIGHUP")
+
     def as_user(self, *argv: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        # Not the tests' own tmux socket directory: the user's tmux is the one ssh sessions see.
+        env = {k: v for k, v in os.environ.items() if k not in ("TMUX_TMPDIR", "TMUX")}
         return subprocess.run(
             ["runuser", "-u", self.user, "--", *argv],
             capture_output=True,
             text=True,
             timeout=timeout,
             cwd=self.home,
+            env={**env, "HOME": str(self.home), "USER": self.user, "LOGNAME": self.user},
         )
 
 
@@ -90,7 +109,13 @@ def start() -> SshServer:
         (auth / name).chmod(0o644)
     port = _free_port()
     config = root / "sshd_config"
+    # As Debian and Ubuntu ship it: drop-ins first (the first value of a keyword wins, AcceptEnv
+    # accumulates). The site's drop-in accepts NCCL_* (what GPU clusters commonly add).
+    dropins = root / "sshd_config.d"
+    dropins.mkdir(mode=0o755)
+    (dropins / "10-nccl.conf").write_text("AcceptEnv NCCL_*\n")
     config.write_text(
+        f"Include {dropins}/*.conf\n"
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {keys / 'host'}\n"
         f"PidFile {root / 'sshd.pid'}\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
         # StrictModes no: sshd refused the keys under /tmp ("bad ownership or modes").

@@ -24,14 +24,8 @@ def render_env_propagation(result: dict[str, Any], console: Console | None = Non
         f"(methods: {', '.join(result['methods'])})"
     )
     stages = result["stages"]
-    table = Table("variable", "method", *stages, "source")
+    table = Table("variable", "method", *stages)
     for name in result["variables"]:
-        source = result["sources"].get(name, {})
-        origin = [
-            "delivered by perfbisect" if source.get("delivered") else "",
-            source.get("perfbisect", ""),
-            *source.get("host", []),
-        ]
         first = True
         for method in result["methods"]:
             cells = result["matrix"].get(name, {}).get(method)
@@ -47,14 +41,19 @@ def render_env_propagation(result: dict[str, Any], console: Console | None = Non
                 if cell["status"] == "different":
                     text = f"≠ {text}"
                 row.append(f"[{STYLE[cell['status']]}]{escape(str(text))}[/]")
-            table.add_row(
-                escape(name) if first else "",
-                method,
-                *row,
-                escape("; ".join(o for o in origin if o)) if first else "",
-            )
+            table.add_row(escape(name) if first else "", method, *row)
             first = False
     console.print(table)
+    # Sources in full, one line each, below the table: they are what people copy.
+    for name in result["variables"]:
+        source = result["sources"].get(name, {})
+        origin = [
+            "delivered by perfbisect" if source.get("delivered") else "",
+            source.get("perfbisect", ""),
+            *source.get("host", []),
+        ]
+        for line in (o for o in origin if o):
+            console.print(f"[bold]{escape(name)}[/] source: {escape(line)}", soft_wrap=True)
     for hint in result["hints"]:
         console.print(f"[yellow]hint[/] ({hint['kind']}): {escape(hint['message'])}")
     for method, notes in result.get("notes", {}).items():

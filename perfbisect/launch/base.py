@@ -60,18 +60,9 @@ class CleanedUpProcess:
         self.inner = inner
         self.host = host
         self.paths = paths
-
-    @property
-    def pid(self) -> int:
-        return self.inner.pid
-
-    @property
-    def log_path(self) -> str:
-        return self.inner.log_path
-
-    @property
-    def notes(self) -> list[str]:
-        return self.inner.notes
+        self.pid = inner.pid
+        self.log_path = inner.log_path
+        self.notes = inner.notes  # the same list: notes added later show in both
 
     def poll(self) -> int | None:
         return self.inner.poll()

@@ -191,11 +191,16 @@ def run_probe(host: Host, request: ProbeRequest, options: LaunchOptions) -> dict
 
 
 def _variables(
-    request: ProbeRequest, raw: Mapping[str, Mapping[str, Any]], explicit: Mapping[str, str]
+    request: ProbeRequest,
+    raw: Mapping[str, Mapping[str, Any]],
+    explicit: Mapping[str, str],
+    client_env: Mapping[str, str],
 ) -> list[str]:
     """The rows: what was delivered, watched or passed; every variable of the watched families
     seen at any stage; and every variable whose value differs between methods."""
     seen = set(request.deliver) | set(request.watch) | set(explicit)
+    if Method.SSH.value in raw:  # what the ssh client could send (SendEnv) is a candidate too
+        seen.update(n for n in client_env if n.startswith(PREFIXES) and not SESSION_NOISE.match(n))
     for result in raw.values():
         for env in result["stages"].values():
             seen.update(n for n in env if n.startswith(PREFIXES) or n in ALWAYS)
@@ -219,7 +224,7 @@ def assemble(
     address: str,
 ) -> dict[str, Any]:
     explicit = request.passed()
-    variables = _variables(request, raw, explicit)
+    variables = _variables(request, raw, explicit, client_env)
     stages = [*STAGES, *(["nccl"] if request.gpus else [])]
     matrix: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
     for name in variables:
