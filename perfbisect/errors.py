@@ -68,3 +68,46 @@ class HostError(StepFailed):
 
 class HostUnreachable(HostError):
     """Raised when a host does not answer within its retry budget (reboot, network)."""
+
+
+_ERROR_LINE = (
+    "error",
+    "Error",
+    "ERROR",
+    "Exception",
+    "exception",
+    "failed",
+    "Failed",
+    "FAILED",
+    "Traceback",
+    "not found",
+    "No such",
+    "denied",
+    "refused",
+    "Killed",
+    "fatal",
+)
+
+
+def lead_with_error(reason: str) -> str:
+    """A failure's reason with its error line first: a traceback's last line, or the last line
+    that looks like an error, ahead of the context it came with (a log tail)."""
+    lines = [line.rstrip() for line in reason.strip().splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return reason.strip()
+    head = lines[0]
+    candidates = [ln for ln in lines[1:] if any(w in ln for w in _ERROR_LINE)]
+    error = next(
+        (
+            ln
+            for ln in reversed(lines)
+            if ln
+            and not ln.startswith((" ", "\t"))
+            and ":" in ln
+            and any(w in ln for w in _ERROR_LINE)
+        ),
+        candidates[-1] if candidates else None,
+    )
+    if error is None or error == head:
+        return reason.strip()
+    return f"{error.strip()} ({head.strip()} ... {len(lines)} lines)"

@@ -235,3 +235,48 @@ def test_slow_outlier_launches_are_set_aside_flaky_ones_are_not() -> None:
     assert core_launches([18.4, 18.9, 17.6], 0.05) == [18.4, 18.9, 17.6]
     # Higher is better (tokens/s): outliers are the low ones.
     assert core_launches([1000.0, 520.0, 990.0], 0.05, higher_is_better=True) == [1000.0, 990.0]
+
+
+def _flaky_verification(culprit: int, failures: int) -> tuple[Engine, list[tuple[int, Purpose]]]:
+    """The culprit's verification launches crash ``failures`` times in a row (the server died
+    during the workload); every other launch is clean."""
+    clean = step(culprit)
+    crashed: list[int] = []
+
+    def script(pos: int, k: int) -> float | None:
+        if pos == culprit and k >= 1 and len(crashed) < failures:
+            crashed.append(k)
+            return None
+        return clean(pos, k)
+
+    engine = Engine(path(32))
+    order = drive(engine, script)
+    assert crashed, "the script never reached the culprit's verification"
+    return engine, order
+
+
+def test_flaky_verification_launch_is_retried_and_the_culprit_stays_named() -> None:
+    engine, order = _flaky_verification(culprit=11, failures=1)
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.FOUND
+    assert outcome.culprit is not None and outcome.culprit.first_bad.position == 11
+    assert outcome.culprit.verified and outcome.culprit.note is None
+    assert engine.failures[11] == ["build: exit 2"]  # the failure stays listed
+    assert 11 not in engine.skip_reason  # a measured configuration never turns SKIP by itself
+    assert engine.verdicts[11] is Verdict.BAD
+    # launches counts the failed one too; evaluations are distinct configurations
+    assert outcome.launches == len(order) and outcome.evaluations == len(engine.verdicts)
+    assert outcome.evaluations <= outcome.launches
+
+
+def test_verification_that_never_runs_is_not_called_verified() -> None:
+    engine, _ = _flaky_verification(culprit=11, failures=10)
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.FOUND  # not `ambiguous`
+    culprit = outcome.culprit
+    assert culprit is not None and culprit.first_bad.position == 11
+    assert not culprit.verified
+    assert culprit.note is not None and "verification launches of position 11 failed" in culprit.note
+    # bounded: the first try plus two retries, then it gives up
+    assert len(engine.failures[11]) == 1 + Policy().launch_retries
+    assert engine.verdicts[11] is Verdict.BAD

@@ -32,6 +32,7 @@ from perfbisect.bisect.stats import (
     pooled_rel_sd,
 )
 from perfbisect.config import Configuration
+from perfbisect.errors import lead_with_error
 
 
 class Purpose(str, Enum):
@@ -58,6 +59,9 @@ class Policy:
     verify_both: bool = False  # re-measure both sides of the bracket, not only the worse one
     min_effect: float = 0.05  # endpoints must differ by at least this fraction of the good value
     higher_is_better: bool = False
+    # A launch that fails at a configuration that has measured before is flaky (a server that
+    # died once), not a property of the configuration: it is retried this many times in a row.
+    launch_retries: int = 2
     noise: NoiseModel = field(default_factory=NoiseModel)
 
     def __post_init__(self) -> None:
@@ -101,7 +105,8 @@ class Culprit:
     last_good: PointResult
     first_bad: PointResult
     effect: Difference
-    verified: bool
+    verified: bool  # the verification launches ran, agreed, and the effect excludes zero
+    note: str | None = None  # why it is not verified, and what would settle it
 
 
 @dataclass(frozen=True)
@@ -111,8 +116,8 @@ class Outcome:
     message: str
     culprit: Culprit | None
     unresolved: tuple[tuple[int, int], ...]
-    evaluations: int
-    launches: int
+    evaluations: int  # distinct configurations judged
+    launches: int  # launches attempted, failed ones included
     # Every step found, in path order; more than one when the regression came in stages
     # (19 -> 23 -> 29 ms). ``culprit`` is the one that crosses the threshold.
     steps: tuple[Culprit, ...] = ()
@@ -174,7 +179,11 @@ class Engine:
         self.threshold = threshold
         self.fixed_threshold = threshold is not None
         self.launches: dict[int, list[float]] = {}
-        self.skip_reason: dict[int, str] = {}
+        self.skip_reason: dict[int, str] = {}  # never measured: the configuration cannot run
+        self.failures: dict[int, list[str]] = {}  # every failed launch's reason, per position
+        self.gave_up: set[int] = set()  # measured, then failed past the retries
+        self.verify_notes: dict[tuple[int, int], str] = {}  # verifications that could not run
+        self._failing: dict[int, int] = {}  # failures in a row since the last value
         self.verdicts: dict[int, Verdict] = {}
         self.evaluations = 0
         self.launch_count = 0
@@ -194,13 +203,29 @@ class Engine:
     def feed(self, results: Sequence[LaunchResult]) -> None:
         if len(results) != len(self._pending):
             raise ValueError(f"expected {len(self._pending)} results, got {len(results)}")
+        retry: _Batch = []
         for request, result in zip(self._pending, results):
             self.launch_count += 1
+            position = request.position
             if result.ok:
                 assert result.value is not None
-                self.launches.setdefault(request.position, []).append(result.value)
+                self.launches.setdefault(position, []).append(result.value)
+                self._failing.pop(position, None)
+                continue
+            reason = result.reason or "failed"
+            self.failures.setdefault(position, []).append(reason)
+            if position not in self.launches:
+                self.skip_reason[position] = reason
+                continue
+            failing = self._failing.get(position, 0) + 1
+            self._failing[position] = failing
+            if failing <= self.policy.launch_retries:
+                retry.append(request)
             else:
-                self.skip_reason[request.position] = result.reason or "failed"
+                self.gave_up.add(position)
+        if retry:  # the search waits for the retried launches before it goes on
+            self._pending = retry
+            return
         self._advance(list(results))
 
     def take_verdicts(self) -> list[PointResult]:
@@ -265,7 +290,7 @@ class Engine:
             message,
             culprit,
             unresolved,
-            self.evaluations,
+            len(self.verdicts),
             self.launch_count,
             steps if steps is not None else ((culprit,) if culprit else ()),
         )
@@ -374,7 +399,7 @@ class Engine:
             return False
         for _ in range(self.policy.verify_max_pairs):
             yield self._request([a, b], Purpose.VERIFY)
-            if a in self.skip_reason or b in self.skip_reason:
+            if {a, b} & (self.skip_reason.keys() | self.gave_up):
                 return False
             if not self._clearly_worse(self.launches[a], self.launches[b]):
                 return False  # the gap was noise
@@ -461,7 +486,7 @@ class Engine:
                     self.threshold = None
                 else:
                     settled = worse.hi < 0 and n >= self.policy.endpoint_confirm_launches
-            if settled or n >= self.policy.max_launches:
+            if settled or n >= self.policy.max_launches or {good, bad} & self.gave_up:
                 break
             yield self._request([good, bad], Purpose.ENDPOINT)
 
@@ -524,7 +549,7 @@ class Engine:
             if verdict is not None:
                 self._set_verdict(position, verdict, seg)
                 return
-            if len(self.launches[position]) >= self.policy.max_launches:
+            if len(self.launches[position]) >= self.policy.max_launches or position in self.gave_up:
                 self._set_verdict(position, Verdict.UNCLEAR, seg)
                 return
             yield self._request([position], Purpose.SEARCH)
@@ -605,7 +630,22 @@ class Engine:
         effect = difference(
             self.launches[lo], self.launches[hi], self.rel_sd(), self.policy.noise.z
         )
-        return Culprit(self.point(lo), self.point(hi), effect, verified=True)
+        verified, note = self._verification(lo, hi)
+        return Culprit(self.point(lo), self.point(hi), effect, verified, note)
+
+    def _verification(self, lo: int, hi: int) -> tuple[bool, str | None]:
+        """Verified only when the verification launches ran, agreed, and the effect's interval
+        excludes zero; otherwise why not and what would settle it."""
+        note = self.verify_notes.get((lo, hi))
+        if note:
+            return False, note
+        worse = self._worse_by(self.launches[lo], self.launches[hi])
+        if worse.lo <= 0:
+            return False, (
+                f"the effect's interval [{worse.lo:+.4g}, {worse.hi:+.4g}] reaches zero; more "
+                f"interleaved launches of positions {lo} and {hi} would settle it"
+            )
+        return True, None
 
     def _verify(
         self, seg: _Segment, lo: int, hi: int
@@ -614,6 +654,7 @@ class Engine:
         segment end whose verdict flipped (the levels cannot be trusted), else None."""
         pairs = 0
         ends = (seg.lo, seg.hi)
+        measured = len(self.launches.get(hi, []))
         while True:
             # Outlier launches are slow (throttling, contention, a bad NCCL ring), so they can
             # only make a point look worse: the BAD side's verdict is the suspect one. (Also
@@ -626,11 +667,23 @@ class Engine:
                     if p in self.skip_reason and p not in ends:
                         self._set_verdict(p, Verdict.SKIP, seg)
                 return None
+            if {lo, hi} & self.gave_up:
+                break
             v_lo, v_hi = self._decide(lo, seg), self._decide(hi, seg)
             if pairs >= self.policy.verify_min_pairs and v_lo is not None and v_hi is not None:
                 break
             if pairs >= self.policy.verify_max_pairs:
                 break
+        if len(self.launches.get(hi, [])) == measured:
+            # Every verification launch failed (after retries): the point keeps the verdict of
+            # its earlier launches, but nothing was verified.
+            failed = self.failures.get(hi, ["failed"])[-1]
+            self.verify_notes[(lo, hi)] = (
+                f"the verification launches of position {hi} failed ({lead_with_error(failed)}); "
+                f"its verdict rests on {measured} earlier launch(es). Re-run `bisect start` "
+                "with the same endpoints to verify it (finished launches are reused)"
+            )
+            return None
         if (
             v_hi is Verdict.INTERMEDIATE
             and v_lo is Verdict.GOOD

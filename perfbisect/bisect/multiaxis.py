@@ -274,7 +274,7 @@ class MultiAxisEngine(Engine):
         ]
         while top_up:
             yield self._request(top_up, Purpose.VERIFY)
-            if any(p in self.skip_reason for p in positions):
+            if any(p in self.skip_reason or p in self.gave_up for p in positions):
                 return False
             top_up = [
                 p
@@ -325,7 +325,10 @@ class MultiAxisEngine(Engine):
             if lo not in self.launches or hi not in self.launches:
                 return [(lo, hi)], []
             effect = self._worse_by(self.launches[lo], self.launches[hi])
-            culprit = Culprit(self.point(lo), self.point(hi), effect, verified=flipped is None)
+            verified, note = self._verification(lo, hi)
+            if flipped is not None:
+                verified, note = False, "re-measuring contradicted the ddmin result's verdict"
+            culprit = Culprit(self.point(lo), self.point(hi), effect, verified, note)
             return [], [culprit]
         order = [self._position(self._config(held, **{axis: v})) for v in plan.values]
         for end in (order[0], order[-1]):  # the ends anchor the levels: measured first

@@ -1,12 +1,25 @@
-"""The session report: the JSON contract of `bisect start/resume/report`, plus drift evidence."""
+"""Building the session report (``report_model.Report``) from the engine's final state, plus
+drift evidence from the history."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from perfbisect.bisect.engine import Culprit, Engine, Outcome, PointResult
-from perfbisect.bisect.stats import difference, median
+from perfbisect.bisect.report_model import (
+    AttributionRow,
+    CommitInfo,
+    Effect,
+    Interval,
+    PathPoint,
+    Report,
+    ReportStatus,
+    Step,
+    Unresolved,
+)
+from perfbisect.bisect.stats import Verdict, difference, median
 from perfbisect.config import COMMIT_AXIS, Configuration
+from perfbisect.errors import lead_with_error
 from perfbisect.experiment import Experiment
 from perfbisect.store.database import Store
 from perfbisect.store.history import diff_snapshots, history, launch_with_samples
@@ -14,14 +27,12 @@ from perfbisect.store.history import diff_snapshots, history, launch_with_sample
 DRIFT_MIN_EFFECT = 0.05
 
 
-def _ms(point: PointResult) -> dict[str, Any] | None:
+def _interval(point: PointResult) -> Interval | None:
     est = point.estimate
-    if est is None:
-        return None
-    return {"median": est.median, "ci": [est.lo, est.hi], "launches": est.n}
+    return Interval(est.median, est.lo, est.hi, est.n) if est is not None else None
 
 
-def _commit_info(experiment: Experiment, sha: str | None) -> dict[str, str] | None:
+def _commit_info(experiment: Experiment, sha: str | None) -> CommitInfo | None:
     if sha is None or experiment.target.repo is None:
         return None
     from perfbisect.targets.gitrepo import GitRepo
@@ -30,7 +41,7 @@ def _commit_info(experiment: Experiment, sha: str | None) -> dict[str, str] | No
         info = GitRepo(experiment.target.repo).info(sha)
     except Exception:  # the repository may have moved since the session ran
         return None
-    return {"sha": info.sha, "subject": info.subject, "author": info.author, "date": info.date}
+    return CommitInfo(info.sha, info.subject, info.author, info.date)
 
 
 def _drift(
@@ -92,76 +103,122 @@ def _axis_of_step(a: Configuration, b: Configuration) -> str:
     return differing[0] if differing else COMMIT_AXIS
 
 
-def _step_json(experiment: Experiment, c: Culprit) -> dict[str, Any]:
-    axis = _axis_of_step(c.last_good.config, c.first_bad.config)
-    step: dict[str, Any] = {
-        "axis": axis,
-        "last_good": c.last_good.config.as_dict(),
-        "first_bad": c.first_bad.config.as_dict(),
-        "last_good_ms": _ms(c.last_good),
-        "first_bad_ms": _ms(c.first_bad),
-        "effect_ms": c.effect.as_json(),
-        "verified": c.verified,
-        "position": c.first_bad.position,
-    }
-    if axis == COMMIT_AXIS:
-        step["commit"] = _commit_info(experiment, c.first_bad.config.get(COMMIT_AXIS))
-    return step
+def _straddles(engine: Engine, threshold: float | None, c: Culprit) -> bool:
+    """Do the two sides' medians lie on either side of the threshold? (What "crosses the
+    threshold" may claim, and nothing more.)"""
+    if threshold is None:
+        return False
+    lo, hi = engine.point(c.last_good.position), engine.point(c.first_bad.position)
+    if lo.estimate is None or hi.estimate is None:
+        return False
+    a, b = lo.estimate.median, hi.estimate.median
+    if engine.policy.higher_is_better:
+        return a > threshold >= b
+    return a < threshold <= b
+
+
+def _step(experiment: Experiment, engine: Engine, threshold: float | None, c: Culprit) -> Step:
+    # Numbers from the engine's final state, not from when the step was found: every view of
+    # a configuration shows the same median and launch count.
+    lo, hi = engine.point(c.last_good.position), engine.point(c.first_bad.position)
+    axis = _axis_of_step(lo.config, hi.config)
+    return Step(
+        axis=axis,
+        position=hi.position,
+        last_good=lo.config.as_dict(),
+        first_bad=hi.config.as_dict(),
+        last_good_ms=_interval(lo),
+        first_bad_ms=_interval(hi),
+        effect_ms=Effect(c.effect.delta, c.effect.lo, c.effect.hi),
+        verified=c.verified,
+        verify_note=c.note,
+        crosses_threshold=_straddles(engine, threshold, c),
+        commit=_commit_info(experiment, hi.config.get(COMMIT_AXIS))
+        if axis == COMMIT_AXIS
+        else None,
+    )
+
+
+def _culprit(engine: Engine, outcome: Outcome) -> Culprit | None:
+    """The step the report names: the engine's, unless its first bad configuration ended up
+    judged otherwise and another step's is BAD (one verdict per configuration everywhere)."""
+    if outcome.culprit is None:
+        return None
+    if engine.verdicts.get(outcome.culprit.first_bad.position) is Verdict.BAD:
+        return outcome.culprit
+    bad = [c for c in outcome.steps if engine.verdicts.get(c.first_bad.position) is Verdict.BAD]
+    return bad[0] if bad else outcome.culprit
+
+
+def _unresolved(engine: Engine, a: int, b: int) -> Unresolved:
+    inside = [engine.point(p) for p in sorted(engine.verdicts) if a < p < b]
+    reasons = [
+        f"position {p.position} {p.verdict.value}"
+        + (f" ({lead_with_error(p.reason)})" if p.reason else "")
+        for p in inside
+        if p.verdict in (Verdict.SKIP, Verdict.UNCLEAR)
+    ]
+    why = "; ".join(reasons) if reasons else "not searched to the end"
+    return Unresolved(engine.path[a].as_dict(), engine.path[b].as_dict(), why)
 
 
 def build_report(
-    store: Store, session_id: int, experiment: Experiment, engine: Engine, outcome: Outcome
-) -> dict[str, Any]:
-    culprit = _step_json(experiment, outcome.culprit) if outcome.culprit else None
-    steps = [_step_json(experiment, c) for c in outcome.steps]
-    attribution = [
-        {
-            "axes": list(row.axes),
-            "config": engine.path[row.position].as_dict(),
-            "verdict": row.verdict.value,
-            "effect_ms": row.effect,
-        }
+    store: Store,
+    session_id: int,
+    experiment: Experiment,
+    engine: Engine,
+    outcome: Outcome,
+    log_dir: str | None = None,
+) -> Report:
+    threshold = outcome.threshold
+    chosen = _culprit(engine, outcome)
+    steps = tuple(_step(experiment, engine, threshold, c) for c in outcome.steps)
+    culprit = _step(experiment, engine, threshold, chosen) if chosen else None
+    attribution = tuple(
+        AttributionRow(
+            tuple(row.axes), engine.path[row.position].as_dict(), row.verdict, row.effect
+        )
         for row in getattr(engine, "attribution", [])
-    ]
+    )
     last = len(engine.path) - 1
-    drift = [
+    drift = tuple(
         d
         for d in (
             _drift(store, session_id, experiment, engine, 0, "good"),
             _drift(store, session_id, experiment, engine, last, "bad"),
         )
         if d
-    ]
-    return {
-        "session": session_id,
-        "status": outcome.status.value,
-        "message": outcome.message,
-        "metric": experiment.metric.name,
-        "higher_is_better": experiment.metric.higher_is_better,
-        "threshold_ms": outcome.threshold,
-        "culprit": culprit,
-        "steps": steps,
-        # Multi-axis searches: which axis sets were switched, and the culprit of each axis.
-        "attribution": attribution,
-        "culprit_axes": [list(axes) for axes in getattr(engine, "culprit_sets", [])],
-        "culprits": steps,
-        "unresolved": [
-            [engine.path[a].as_dict(), engine.path[b].as_dict()] for a, b in outcome.unresolved
-        ],
-        "evaluations": outcome.evaluations,
-        "launches": outcome.launches,
-        "noise_rel_sd": engine.rel_sd(),
-        "path_length": len(engine.path),
-        "path": [
-            {
-                "position": p.position,
-                "config": p.config.as_dict(),
-                "verdict": p.verdict.value,
-                "ms": _ms(p),
-                "reason": p.reason,
-                "launch_values": engine.launches.get(p.position, []),
-            }
-            for p in engine.evaluated_points()
-        ],
-        "drift": drift,
-    }
+    )
+    path = tuple(
+        PathPoint(
+            position=p.position,
+            config=p.config.as_dict(),
+            verdict=p.verdict,
+            ms=_interval(p),
+            reason=lead_with_error(p.reason) if p.reason and p.verdict is Verdict.SKIP else None,
+            launch_values=tuple(engine.launches.get(p.position, [])),
+            failures=tuple(lead_with_error(r) for r in engine.failures.get(p.position, [])),
+        )
+        for p in engine.evaluated_points()
+    )
+    return Report(
+        session=session_id,
+        status=ReportStatus(outcome.status.value),
+        message=outcome.message,
+        metric=experiment.metric.name,
+        higher_is_better=experiment.metric.higher_is_better,
+        threshold_ms=threshold,
+        culprit=culprit,
+        steps=steps,
+        path=path,
+        evaluations=outcome.evaluations,
+        launches=outcome.launches,
+        failed_launches=sum(len(v) for v in engine.failures.values()),
+        noise_rel_sd=engine.rel_sd(),
+        path_length=len(engine.path),
+        attribution=attribution,
+        culprit_axes=tuple(tuple(axes) for axes in getattr(engine, "culprit_sets", [])),
+        unresolved=tuple(_unresolved(engine, a, b) for a, b in outcome.unresolved),
+        drift=drift,
+        log_dir=log_dir,
+    )

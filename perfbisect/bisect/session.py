@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,10 +25,11 @@ from perfbisect.bisect.engine import (
 )
 from perfbisect.bisect.multiaxis import AxisPlan, MultiAxisEngine
 from perfbisect.bisect.report import build_report
+from perfbisect.bisect.report_model import Report
 from perfbisect.bisect.specs import resolve_endpoints
 from perfbisect.bisect.stats import instability_flags, median
 from perfbisect.config import Configuration
-from perfbisect.errors import ExperimentError, PerfbisectError, StepFailed
+from perfbisect.errors import ExperimentError, PerfbisectError, StepFailed, lead_with_error
 from perfbisect.experiment import Experiment, load_experiment
 from perfbisect.paths import cache_dir
 from perfbisect.redact import redact_toml
@@ -95,7 +97,7 @@ def start(
     options: SearchOptions,
     name: str | None = None,
     progress: Progress | None = None,
-) -> dict[str, Any]:
+) -> Report:
     """Validate everything, create the session, run it. Bad input stores nothing."""
     experiment = load_experiment(experiment_path)
     endpoints = resolve_endpoints(good, bad, experiment)
@@ -104,6 +106,9 @@ def start(
         "min_launches": options.min_launches,
         "max_launches": options.max_launches,
         "plans": [p.as_json() for p in endpoints.plans] if endpoints.multi_axis else None,
+        # Log directories are keyed by this, not by the per-database session number: two
+        # databases (the demo's and the default) both have a session 1.
+        "log_key": uuid.uuid4().hex[:12],
     }
     session_id = records.claim_new_session(
         store,
@@ -123,6 +128,7 @@ def start(
         params["plans"],
         options,
         progress or NoProgress(),
+        log_key=params["log_key"],
     )
 
 
@@ -143,7 +149,7 @@ def dry_run(*, experiment_path: Path, good: str, bad: str) -> dict[str, Any]:
         target.close()
 
 
-def resume(store: Store, ref: str | None, progress: Progress | None = None) -> dict[str, Any]:
+def resume(store: Store, ref: str | None, progress: Progress | None = None) -> Report:
     row = find_session(store, ref)
     records.claim_existing_session(store, row.id)
     experiment = load_experiment(row.experiment_path)
@@ -157,7 +163,14 @@ def resume(store: Store, ref: str | None, progress: Progress | None = None) -> d
     p = row.params
     options = SearchOptions(p.get("threshold"), int(p["min_launches"]), int(p["max_launches"]))
     return _drive(
-        store, row.id, experiment, configs, p.get("plans"), options, progress or NoProgress()
+        store,
+        row.id,
+        experiment,
+        configs,
+        p.get("plans"),
+        options,
+        progress or NoProgress(),
+        log_key=p.get("log_key"),
     )
 
 
@@ -165,14 +178,22 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _log_dir(session_id: int, seq: int, config: Configuration) -> Path:
-    return cache_dir() / "logs" / f"session-{session_id}" / f"{seq:04d}-{config.fingerprint[:8]}"
+def session_log_root(session_id: int, log_key: str | None) -> Path:
+    """Where a session's launch logs go: unique across databases (sessions of before the key
+    existed keep their old place)."""
+    name = f"session-{log_key}" if log_key else f"session-{session_id}"
+    return cache_dir() / "logs" / name
+
+
+def _log_dir(root: Path, seq: int, config: Configuration) -> Path:
+    return root / f"{seq:04d}-{config.fingerprint[:8]}"
 
 
 def _replayed(view: LaunchView) -> LaunchResult:
     if view.value is not None:
         return LaunchResult(view.value)
-    return LaunchResult(reason=f"{view.stage}: {view.reason}" if view.stage else view.reason)
+    reason = lead_with_error(view.reason or "failed")
+    return LaunchResult(reason=f"{view.stage}: {reason}" if view.stage else reason)
 
 
 def _measure(
@@ -183,9 +204,10 @@ def _measure(
     request: LaunchRequest,
     experiment: Experiment,
     on_stage: Callable[[str], None],
+    log_root: Path,
 ) -> LaunchResult:
     config = request.config
-    log_dir = _log_dir(session_id, seq, config)
+    log_dir = _log_dir(log_root, seq, config)
     base = records.LaunchRecord(
         session_id=session_id,
         seq=seq,
@@ -211,7 +233,7 @@ def _measure(
                 build_status="failed" if failure.stage == "build" else None,
             ),
         )
-        return LaunchResult(reason=f"{failure.stage}: {failure.reason}")
+        return LaunchResult(reason=f"{failure.stage}: {lead_with_error(failure.reason)}")
     value = median(m.samples)
     build = m.build
     records.record_launch(
@@ -260,8 +282,10 @@ def _drive(
     plans: list[dict[str, Any]] | None,
     options: SearchOptions,
     progress: Progress,
-) -> dict[str, Any]:
+    log_key: str | None,
+) -> Report:
     engine = _engine(path, plans, options.policy(experiment), options.threshold)
+    log_root = session_log_root(session_id, log_key)
     stored = session_launches(store, session_id)
     recorded_steps = {
         (s.position, s.verdict, s.n_launches) for s in session_steps(store, session_id)
@@ -283,7 +307,9 @@ def _drive(
                     def on_stage(name: str, request: LaunchRequest = request) -> None:
                         progress.stage(request, name)
 
-                    result = _measure(target, store, session_id, seq, request, experiment, on_stage)
+                    result = _measure(
+                        target, store, session_id, seq, request, experiment, on_stage, log_root
+                    )
                     progress.launched(request, result, replayed=False)
                 results.append(result)
                 seq += 1
@@ -321,24 +347,15 @@ def _drive(
     _close(target)
     outcome = engine.outcome
     assert outcome is not None
-    report = build_report(store, session_id, experiment, engine, outcome)
+    report = build_report(store, session_id, experiment, engine, outcome, str(log_root))
     records.set_session_status(
         store,
         session_id,
         records.FINISHED,
-        result=report,
-        params={
-            "threshold": options.threshold,
-            "min_launches": options.min_launches,
-            "max_launches": options.max_launches,
-            "derived_threshold": outcome.threshold,
-        },
+        result=report.to_json(),
+        params={"derived_threshold": outcome.threshold},
     )
     return report
-
-
-def outcome_exit_code(report: dict[str, Any]) -> int:
-    return {"found": 0, "endpoints-not-reproduced": 3, "ambiguous": 4}.get(str(report["status"]), 1)
 
 
 __all__ = [
@@ -347,7 +364,6 @@ __all__ = [
     "Outcome",
     "Progress",
     "SearchOptions",
-    "outcome_exit_code",
     "resume",
     "start",
 ]

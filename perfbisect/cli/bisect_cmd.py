@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.markup import escape
 
 from perfbisect.cli.context import ctx_store, emit_json
+
+if TYPE_CHECKING:
+    from perfbisect.bisect.report_model import Report
 
 app = typer.Typer(
     help="Search for the first configuration that crosses the threshold.", no_args_is_help=True
@@ -17,23 +22,28 @@ JSON = typer.Option(False, "--json", help="Print one JSON object instead of the 
 SESSION = typer.Argument(None, help="Session id or name (default: the newest).")
 
 
-def _finish(report: dict[str, Any], as_json: bool, plot: str | None = None) -> None:
-    from perfbisect.bisect.session import outcome_exit_code
-    from perfbisect.cli.render import render_report, write_plot
+def _finish(report: Report, as_json: bool, plot: str | None = None) -> None:
+    from perfbisect.cli.plot import write_plot
+    from perfbisect.cli.render import render_report
 
     if plot:
         write_plot(report, plot)
     if as_json:
-        emit_json(report)
+        emit_json(report.to_json())
     else:
         render_report(report)
-    raise typer.Exit(outcome_exit_code(report))
+    raise typer.Exit(report.exit_code)
 
 
-def _progress(as_json: bool) -> Any:
-    from perfbisect.cli.render import ConsoleProgress
+def _run(as_json: bool, call: Callable[[Any], Report]) -> Report:
+    """Run a session with live progress on stderr, closed whatever happens."""
+    from perfbisect.cli.progress import ConsoleProgress
 
-    return ConsoleProgress()
+    progress = ConsoleProgress()
+    try:
+        return call(progress)
+    finally:
+        progress.close()
 
 
 @app.command()
@@ -74,14 +84,18 @@ def start(
         raise UsageError(
             f"--max-launches ({max_launches}) is below --min-launches ({min_launches})"
         )
-    report = start_session(
-        ctx_store(ctx),
-        experiment_path=config,
-        good=good,
-        bad=bad,
-        options=SearchOptions(threshold_ms, min_launches, max_launches),
-        name=name,
-        progress=_progress(as_json),
+    store = ctx_store(ctx)
+    report = _run(
+        as_json,
+        lambda progress: start_session(
+            store,
+            experiment_path=config,
+            good=good,
+            bad=bad,
+            options=SearchOptions(threshold_ms, min_launches, max_launches),
+            name=name,
+            progress=progress,
+        ),
     )
     _finish(report, as_json, plot)
 
@@ -91,60 +105,39 @@ def resume(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JS
     """Continue an interrupted session without re-measuring finished steps."""
     from perfbisect.bisect.session import resume as resume_session
 
-    _finish(resume_session(ctx_store(ctx), session, progress=_progress(as_json)), as_json)
+    store = ctx_store(ctx)
+    _finish(_run(as_json, lambda progress: resume_session(store, session, progress)), as_json)
 
 
 @app.command()
 def status(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JSON) -> None:
-    """Where a session stands: status, steps done, the current bracket."""
-    from perfbisect.cli.render import render_rows
-    from perfbisect.store.history import find_session, session_steps
+    """Where a session stands: whose it is, its status, launches and time, each verdict."""
+    from perfbisect.bisect.status import session_status
+    from perfbisect.cli.render import cfg, console, num, render_rows
 
-    store = ctx_store(ctx)
-    row = find_session(store, session)
-    steps = session_steps(store, row.id)
-    data = {
-        "session": row.id,
-        "name": row.name,
-        "status": row.status,
-        "outcome": row.outcome,
-        "created_at": row.created_at.isoformat() + "Z",
-        "good": row.good,
-        "bad": row.bad,
-        "path_length": len(row.path),
-        "steps": [
-            {
-                "position": s.position,
-                "config": row.path[s.position],
-                "verdict": s.verdict,
-                "median": s.median,
-                "ci": [s.ci_lo, s.ci_hi],
-                "launches": s.n_launches,
-                "reason": s.reason,
-            }
-            for s in steps
-        ],
-    }
+    data = session_status(ctx_store(ctx), session)
     if as_json:
         emit_json(data)
         return
-    typer.echo(
-        f"session {row.id}{' (' + row.name + ')' if row.name else ''}: {row.status}"
-        f"{' -> ' + row.outcome if row.outcome else ''}; {len(steps)} verdicts on a path of "
-        f"{len(row.path)} configurations"
+    out = console()
+    name = f" ({data['name']})" if data["name"] else ""
+    outcome = f" -> {data['outcome']}" if data["outcome"] else ""
+    owner = data["owner"]
+    out.print(
+        f"session {data['session']}{escape(name)}: {data['status']}{outcome}; started "
+        f"{data['created_at'][:19]} by pid {owner['pid']} on {escape(str(owner['host']))}; "
+        f"{data['launches']} launches ({data['failed_launches']} failed), "
+        f"{data['stage_seconds']:.0f}s in stages",
+        soft_wrap=True,
     )
+    if data["message"]:
+        out.print(escape(data["message"]), soft_wrap=True)
     render_rows(
-        "verdicts",
-        ["pos", "verdict", "median", "launches", "reason"],
+        "verdicts (latest per configuration)",
+        ["configuration", "verdict", "median", "launches", "reason"],
         [
-            (
-                s.position,
-                s.verdict,
-                f"{s.median:.4g}" if s.median is not None else "-",
-                s.n_launches,
-                (s.reason or "")[:60],
-            )
-            for s in steps
+            (cfg(v["config"]), v["verdict"], num(v["median"]), v["launches"], v["reason"] or "")
+            for v in data["verdicts"]
         ],
     )
 
@@ -152,7 +145,8 @@ def status(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JS
 @app.command()
 def log(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JSON) -> None:
     """Every launch of a session, in order, with its value or failure and log location."""
-    from perfbisect.cli.render import render_rows
+    from perfbisect.cli.render import cfg, num, render_rows
+    from perfbisect.errors import lead_with_error
     from perfbisect.store.history import find_session, session_launches
 
     store = ctx_store(ctx)
@@ -163,15 +157,16 @@ def log(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JSON)
         return
     render_rows(
         f"session {row.id} launches",
-        ["#", "id", "pos", "purpose", "config", "value", "log"],
+        ["#", "id", "purpose", "config", "value", "log"],
         [
             (
                 v.seq,
                 v.id,
-                v.position,
                 v.purpose,
-                ",".join(f"{k}={str(x)[:10]}" for k, x in v.axes.items()),
-                f"{v.value:.4g}" if v.value is not None else f"{v.stage}: {(v.reason or '')[:50]}",
+                cfg(v.axes),
+                num(v.value)
+                if v.value is not None
+                else f"{v.stage}: {lead_with_error(v.reason or 'failed')}",
                 v.log_path,
             )
             for v in launches
@@ -196,7 +191,9 @@ def report(
             f"session {row.id} has no report yet (status {row.status}); "
             f"`perfbisect bisect resume {row.id}` finishes it"
         )
-    _finish(dict(row.result), as_json, plot)
+    from perfbisect.bisect.report_model import Report
+
+    _finish(Report.from_json(row.result), as_json, plot)
 
 
 @app.command()

@@ -31,10 +31,13 @@ def demo(
 ) -> None:
     """Create a copy of the reference server with ~30 commits and one planted regression,
     then bisect it (about 2 minutes on 2 CPU cores)."""
+    import dataclasses
+    import shlex
     import tempfile
 
-    from perfbisect.bisect.session import SearchOptions, outcome_exit_code, start
-    from perfbisect.cli.render import ConsoleProgress, render_report
+    from perfbisect.bisect.session import SearchOptions, start
+    from perfbisect.cli.progress import ConsoleProgress
+    from perfbisect.cli.render import render_report
     from perfbisect.demo.builder import create_demo
     from perfbisect.store.database import open_store
 
@@ -49,34 +52,55 @@ def demo(
     obj = ctx.find_root().obj
     assert isinstance(obj, Context)
     # The demo keeps its own history next to the repository unless --db names one.
-    store = open_store(obj.db_url or f"sqlite:///{made.root / 'history.db'}")
+    db_url = obj.db_url or f"sqlite:///{made.root / 'history.db'}"
+    store = open_store(db_url)
     progress = ConsoleProgress()
     progress.console.print(
         f"demo repository: {made.repo} (planted regression: {made.planted[:12]})"
     )
-    report = start(
-        store,
-        experiment_path=made.experiment,
-        good=made.good,
-        bad=made.bad,
-        options=SearchOptions(),
-        name=None,
-        progress=progress,
+    try:
+        report = start(
+            store,
+            experiment_path=made.experiment,
+            good=made.good,
+            bad=made.bad,
+            options=SearchOptions(),
+            name=None,
+            progress=progress,
+        )
+    finally:
+        progress.close()
+    named = report.culprit is not None and report.culprit.first_bad.get("commit") == made.planted
+    db = shlex.quote(db_url)
+    next_steps = [
+        f"perfbisect --db {db} bisect report {report.session} --plot demo.png",
+        f"perfbisect --db {db} bisect log {report.session}",
+        f"perfbisect --db {db} query history",
+    ]
+    report = dataclasses.replace(
+        report,
+        extra={
+            **report.extra,
+            "demo": {
+                "dir": str(made.root),
+                "planted": made.planted,
+                "named_planted": named,
+                "history": db_url,
+                "next": next_steps,
+            },
+        },
     )
-    report["demo"] = {
-        "dir": str(made.root),
-        "planted": made.planted,
-        "named_planted": bool(report.get("culprit"))
-        and report["culprit"]["first_bad"].get("commit") == made.planted,
-    }
     if as_json:
-        emit_json(report)
+        emit_json(report.to_json())
     else:
         render_report(report)
-        verdict = (
-            "named the planted commit"
-            if report["demo"]["named_planted"]
-            else "did NOT name the planted commit"
-        )
-        progress.console.print(f"demo: perfbisect {verdict} {made.planted[:12]}")
-    raise typer.Exit(outcome_exit_code(report) if report["demo"]["named_planted"] else 1)
+        verdict = "named the planted commit" if named else "did NOT name the planted commit"
+        lines = [
+            f"demo: perfbisect {verdict} {made.planted[:12]}",
+            f"history: {db_url} (session {report.session}); logs: {report.log_dir}",
+            "next:",
+            *(f"  {line}" for line in next_steps),
+        ]
+        for line in lines:
+            typer.echo(line)
+    raise typer.Exit(report.exit_code if named else 1)

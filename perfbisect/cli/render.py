@@ -1,13 +1,22 @@
-"""Terminal rendering (rich) of reports, progress, history and comparisons. No logic beyond layout."""
+"""Terminal rendering (rich) of reports, history and comparisons. No logic beyond layout.
+
+Every user value goes through ``escape`` (rich would read ``[mlx5_0]`` or ``[/x]`` as markup)
+and no identifying value is cut: columns fold instead of ending in an ellipsis, and when the
+output is not a terminal the console is wide enough for whole rows.
+"""
 
 from __future__ import annotations
 
+import shutil
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from perfbisect.bisect.report_model import Interval, Report, Step
 
 STATUS_STYLE = {
     "found": "bold green",
@@ -23,220 +32,178 @@ VERDICT_STYLE = {
 }
 
 
-def _cfg(config: dict[str, Any]) -> str:
-    parts = []
-    for key, value in config.items():
-        parts.append(str(value)[:12] if key == "commit" else f"{key}={value}")
-    return ",".join(parts)
+def console(stderr: bool = False) -> Console:
+    """A console that never truncates: the terminal's width, or a wide one when piped."""
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else max(shutil.get_terminal_size((200, 40)).columns, 200)
+    return Console(stderr=stderr, highlight=False, width=width)
 
 
-def _ms(ms: dict[str, Any] | None) -> str:
-    if not ms:
+def num(value: float | None) -> str:
+    """A measured number to meaningful digits (never 29.194000000000003)."""
+    if value is None:
         return "-"
-    lo, hi = ms["ci"]
-    return f"{ms['median']:.4g} [{lo:.4g}, {hi:.4g}] n={ms.get('launches', '?')}"
+    return f"{value:.4g}"
 
 
-class ConsoleProgress:
-    """Progress on stderr: steps done/expected, the current configuration and stage."""
-
-    def __init__(self, console: Console | None = None) -> None:
-        self.console = console or Console(stderr=True, highlight=False)
-        self.expected = 0
-        self.done = 0
-
-    def started(self, session_id: int, path_length: int, expected_steps: int) -> None:
-        self.expected = expected_steps
-        self.console.print(
-            f"session {session_id}: {path_length} configurations on the path, "
-            f"about {expected_steps} steps"
-        )
-
-    def stage(self, request: Any, stage: str) -> None:
-        self.console.print(
-            f"  [{self.done}/{self.expected}] {request.config.label()} "
-            f"({request.purpose.value}): {stage}",
-            style="dim",
-        )
-
-    def launched(self, request: Any, result: Any, replayed: bool) -> None:
-        what = f"{result.value:.4g}" if result.ok else f"failed: {str(result.reason)[:120]}"
-        tag = " (stored)" if replayed else ""
-        self.console.print(f"  {request.config.label()} ({request.purpose.value}) -> {what}{tag}")
-
-    def verdict(self, point: Any) -> None:
-        self.done += 1
-        style = VERDICT_STYLE.get(point.verdict.value, "")
-        est = point.estimate
-        value = f"{est.median:.4g} [{est.lo:.4g}, {est.hi:.4g}]" if est else "-"
-        self.console.print(
-            f"[{self.done}/{self.expected}] {point.config.label()}: "
-            f"[{style}]{point.verdict.value.upper()}[/] {value}"
-        )
-
-
-def render_report(report: dict[str, Any], console: Console | None = None) -> None:
-    console = console or Console(highlight=False)
-    status = report["status"]
-    unit = report.get("metric", "value")
-    console.print(
-        f"[{STATUS_STYLE.get(status, 'bold')}]session {report['session']}: {status}[/] "
-        f"— {report.get('message', '')}"
+def cfg(config: dict[str, Any]) -> str:
+    return ",".join(
+        str(value) if key == "commit" else f"{key}={value}" for key, value in config.items()
     )
-    threshold = report.get("threshold_ms")
-    if threshold is not None:
-        direction = "higher" if report.get("higher_is_better") else "lower"
-        console.print(
-            f"threshold: {threshold:.4g} {unit} ({direction} is better); noise: "
-            f"{report.get('noise_rel_sd', 0):.1%} launch-to-launch"
+
+
+def interval(ms: Interval | None) -> str:
+    if ms is None:
+        return "-"
+    return f"{num(ms.median)} [{num(ms.lo)}, {num(ms.hi)}] n={ms.launches}"
+
+
+def _table(*columns: str, title: str | None = None) -> Table:
+    table = Table(title=escape(title) if title else None)
+    for col in columns:
+        table.add_column(escape(col), overflow="fold")
+    return table
+
+
+def _step_line(step: Step, unit: str) -> str:
+    sha = f" {step.commit.sha[:12]} {step.commit.subject}" if step.commit else ""
+    verified = "verified" if step.verified else f"NOT verified: {step.verify_note or 'no reason'}"
+    return escape(
+        f"{interval(step.last_good_ms)} -> {interval(step.first_bad_ms)} {unit} at "
+        f"{cfg(step.first_bad)}{sha} ({verified})"
+    )
+
+
+def render_report(report: Report, out: Console | None = None) -> None:
+    out = out or console()
+    status = report.status.value
+    unit = report.metric
+    out.print(
+        f"[{STATUS_STYLE.get(status, 'bold')}]session {report.session}: {status}[/] "
+        f"— {escape(report.message)}"
+    )
+    if report.threshold_ms is not None:
+        direction = "higher" if report.higher_is_better else "lower"
+        out.print(
+            f"threshold: {num(report.threshold_ms)} {escape(unit)} ({direction} is better); "
+            f"noise: {report.noise_rel_sd:.1%} launch-to-launch"
         )
-    table = Table(title="configurations evaluated (path order)", show_lines=False)
-    for col in ("pos", "configuration", "verdict", f"{unit} median \\[interval] launches", "note"):
-        table.add_column(col)
-    for point in report.get("path", []):
-        verdict = point["verdict"]
+    table = _table(
+        "pos",
+        "configuration",
+        "verdict",
+        f"{unit} median [interval] launches",
+        "note",
+        title="configurations evaluated (path order)",
+    )
+    for point in report.path:
+        verdict = point.verdict.value
+        note = point.reason or ""
+        if point.failures and point.verdict.value != "skip":
+            note = f"{len(point.failures)} failed launch(es), last: {point.failures[-1]}"
         table.add_row(
-            str(point["position"]),
-            _cfg(point["config"]),
+            str(point.position),
+            escape(cfg(point.config)),
             f"[{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]",
-            _ms(point.get("ms")),
-            (point.get("reason") or "")[:80],
+            escape(interval(point.ms)),
+            escape(note),
         )
-    console.print(table)
-    culprit = report.get("culprit")
+    out.print(table)
+    culprit = report.culprit
     if culprit:
-        console.print(
-            f"[bold]first bad ({culprit['axis']}):[/] {_cfg(culprit['first_bad'])}  "
-            f"{_ms(culprit.get('first_bad_ms'))}"
+        out.print(
+            f"[bold]first bad ({escape(culprit.axis)}):[/] {escape(cfg(culprit.first_bad))}  "
+            f"{escape(interval(culprit.first_bad_ms))}"
         )
-        commit = culprit.get("commit")
-        if commit:
-            console.print(
-                f"    {commit['sha']}\n    {commit['subject']}\n    "
-                f"{commit['author']}, {commit['date']}"
-            )
-        console.print(
-            f"[bold]last good:[/] {_cfg(culprit['last_good'])}  {_ms(culprit.get('last_good_ms'))}"
+        if culprit.commit:
+            c = culprit.commit
+            out.print(f"    {c.sha}\n    {escape(c.subject)}\n    {escape(c.author)}, {c.date}")
+        out.print(
+            f"[bold]last good:[/] {escape(cfg(culprit.last_good))}  "
+            f"{escape(interval(culprit.last_good_ms))}"
         )
-        eff = culprit.get("effect_ms")
+        eff = culprit.effect_ms
         if eff:
-            console.print(
-                f"effect: {eff['delta']:+.4g} {unit} (interval {eff['ci'][0]:+.4g} .. "
-                f"{eff['ci'][1]:+.4g}); verified with interleaved launches: "
-                f"{'yes' if culprit.get('verified') else 'no'}"
+            verified = (
+                "yes"
+                if culprit.verified
+                else f"[yellow]no[/]: {escape(culprit.verify_note or 'no reason recorded')}"
             )
-    steps = report.get("steps", [])
-    if report.get("attribution"):
-        table = Table("axes switched to bad", "verdict", f"effect ({unit})", title="attribution")
-        for row in report["attribution"]:
-            effect = row.get("effect_ms")
+            out.print(
+                f"effect: {eff.delta:+.4g} {escape(unit)} (interval {eff.lo:+.4g} .. "
+                f"{eff.hi:+.4g}); verified with interleaved launches: {verified}"
+            )
+    if report.attribution:
+        table = _table("axes switched to bad", "verdict", f"effect ({unit})", title="attribution")
+        for row in report.attribution:
             table.add_row(
-                "+".join(row["axes"]),
-                row["verdict"],
-                f"{effect:+.4g}" if effect is not None else "-",
+                escape("+".join(row.axes)),
+                row.verdict.value,
+                f"{row.effect_ms:+.4g}" if row.effect_ms is not None else "-",
             )
-        console.print(table)
-        sets = [" + ".join(s) for s in report.get("culprit_axes", [])]
-        console.print(f"[bold]culprit axes:[/] {'; '.join(sets)}")
-        for st in steps:
-            sha = (
-                f" {st['commit']['sha'][:12]} {st['commit']['subject']}" if st.get("commit") else ""
+        out.print(table)
+        sets = [" + ".join(s) for s in report.culprit_axes]
+        out.print(f"[bold]culprit axes:[/] {escape('; '.join(sets))}")
+        for st in report.steps:
+            out.print(
+                f"    {escape(st.axis)}: {escape(cfg(st.last_good))} -> {_step_line(st, unit)}"
             )
-            console.print(
-                f"    {st['axis']}: {_cfg(st['last_good'])} -> {_cfg(st['first_bad'])}{sha} "
-                f"({_ms(st.get('last_good_ms'))} -> {_ms(st.get('first_bad_ms'))})"
-            )
-    elif len(steps) > 1:
-        console.print(f"[bold]the regression came in {len(steps)} steps:[/]")
-        for st in steps:
-            mark = (
-                " (crosses the threshold)"
-                if culprit and st["position"] == culprit["position"]
-                else ""
-            )
-            sha = (
-                f" {st['commit']['sha'][:12]} {st['commit']['subject']}" if st.get("commit") else ""
-            )
-            console.print(
-                f"    {_ms(st.get('last_good_ms'))} -> {_ms(st.get('first_bad_ms'))} at "
-                f"{_cfg(st['first_bad'])}{sha}{mark}"
-            )
-    for a, b in report.get("unresolved", []):
-        console.print(f"[yellow]unresolved:[/] between {_cfg(a)} (good) and {_cfg(b)} (bad)")
-    for d in report.get("drift", []):
+    elif len(report.steps) > 1:
+        out.print(f"[bold]the regression came in {len(report.steps)} steps:[/]")
+        for st in report.steps:
+            mark = " (crosses the threshold)" if st.crosses_threshold else ""
+            out.print(f"    {_step_line(st, unit)}{mark}")
+    for u in report.unresolved:
+        out.print(
+            f"[yellow]unresolved:[/] between {escape(cfg(u.good))} (good) and "
+            f"{escape(cfg(u.bad))} (bad): {escape(u.why)}"
+        )
+    for d in report.drift:
         change = d["change"]
-        console.print(
+        out.print(
             f"[yellow]drift:[/] the {d['endpoint']} endpoint measured "
-            f"{d['before']['median']:.4g} before ({d['before']['first'][:10]} .. "
+            f"{num(d['before']['median'])} before ({d['before']['first'][:10]} .. "
             f"{d['before']['last'][:10]}, sessions {d['before']['sessions']}) and "
-            f"{d['now']['median']:.4g} now ({change['delta']:+.4g})"
+            f"{num(d['now']['median'])} now ({change['delta']:+.4g})"
         )
         for item in d.get("env_diff", [])[:20]:
-            console.print(f"    {item['key']}: {item['before']!r} -> {item['now']!r}")
-    console.print(f"evaluations: {report.get('evaluations')}, launches: {report.get('launches')}")
+            out.print(
+                f"    {escape(str(item['key']))}: {escape(_plain(item['before']))} -> "
+                f"{escape(_plain(item['now']))}"
+            )
+    failed = f" ({report.failed_launches} failed)" if report.failed_launches else ""
+    out.print(
+        f"evaluations: {report.evaluations} configurations, launches: {report.launches}{failed}"
+    )
+    if report.log_dir:
+        out.print(f"logs: {escape(report.log_dir)}", soft_wrap=True)
+
+
+def _plain(value: Any) -> str:
+    """A stored value as a person reads it (no Python reprs of dicts or long floats)."""
+    if isinstance(value, float):
+        return num(value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_plain(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return ", ".join(_plain(v) for v in value)
+    return "-" if value is None else str(value)
 
 
 def render_rows(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    table = Table(title=title)
-    for col in columns:
-        table.add_column(col)
+    table = _table(*columns, title=title)
     for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
-    Console(highlight=False).print(table)
+        table.add_row(*(escape(_plain(v)) if v is not None else "" for v in row))
+    console().print(table)
 
 
-def write_plot(report: dict[str, Any], path: str) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        from perfbisect.errors import UsageError
-
-        raise UsageError("--plot needs matplotlib: pip install 'perfbisect[plot]'") from None
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    colours = {"good": "tab:green", "bad": "tab:red", "skip": "tab:purple", "unclear": "tab:orange"}
-    for point in report.get("path", []):
-        x = point["position"]
-        ms = point.get("ms")
-        if ms is None:
-            ax.axvline(x, color=colours["skip"], alpha=0.3, linestyle=":")
-            continue
-        lo, hi = ms["ci"]
-        ax.errorbar(
-            [x],
-            [ms["median"]],
-            yerr=[[ms["median"] - lo], [hi - ms["median"]]],
-            fmt="o",
-            color=colours.get(point["verdict"], "black"),
-            capsize=3,
-        )
-        for value in point.get("launch_values", []):
-            ax.plot([x], [value], ".", color="grey", alpha=0.5)
-    if report.get("threshold_ms") is not None:
-        ax.axhline(report["threshold_ms"], color="black", linestyle="--", label="threshold")
-    culprit = report.get("culprit")
-    if culprit and culprit.get("position") is not None:
-        ax.axvline(culprit["position"] - 0.5, color="tab:red", alpha=0.4, label="first bad")
-    ax.set_xlabel("position on the path (good -> bad)")
-    ax.set_ylabel(report.get("metric", "value"))
-    ax.set_title(f"perfbisect session {report['session']}: {report['status']}")
-    ax.legend(loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def render_dry_run(result: dict[str, Any], console: Console | None = None) -> None:
+def render_dry_run(result: dict[str, Any], out: Console | None = None) -> None:
     """Every command of the first launch, in order, as a person would check them."""
-    console = console or Console(soft_wrap=True)
-    console.print(f"[bold]first configuration:[/] {_cfg(result['configuration'])}")
-    console.print(
-        f"path: {result['path_length']} configurations; axes: {', '.join(result['axes'])}"
-    )
+    out = out or Console(soft_wrap=True, highlight=False)
+    out.print(f"[bold]first configuration:[/] {escape(cfg(result['configuration']))}")
+    out.print(f"path: {result['path_length']} configurations; axes: {', '.join(result['axes'])}")
     for stage, command in result["commands"].items():
         lines = command if isinstance(command, list) else [command]
         for line in lines:
             # Commands contain brackets (python[all]) that rich would read as markup.
-            console.print(f"[cyan]{stage}:[/] {escape(str(line))}", highlight=False)
+            out.print(f"[cyan]{stage}:[/] {escape(str(line))}")

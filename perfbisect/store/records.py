@@ -265,8 +265,8 @@ def set_session_status(
             raise SessionNotFound(f"session {session_id} does not exist")
         row.status = status
         row.updated_at = utcnow()
-        if params is not None:
-            row.params = dict(params)
+        if params is not None:  # merged: what the session started with is never lost
+            row.params = {**(row.params or {}), **params}
         if result is not None:
             row.result = dict(result)
             row.outcome = str(result.get("status"))

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shlex
+import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -247,6 +248,29 @@ class CommandTarget:
         launcher = make_launcher(self._method(config), launch_options(self.experiment))
         return launcher.start(self.host, spec)
 
+    def _teardown_after(
+        self,
+        server: HostProcess,
+        logs: Path,
+        port: int,
+        gpu_before: list[int],
+        in_flight: BaseException | None,
+    ) -> None:
+        """Teardown that never hides what was already going wrong: with a step failure in
+        flight both are reported in one failure; with Ctrl-C (or a bug) in flight that one goes
+        on and the teardown failure is printed, not raised in its place."""
+        try:
+            self._teardown(server, logs, port, gpu_before)
+        except Exception as exc:
+            why = exc.reason if isinstance(exc, StepFailed) else f"{type(exc).__name__}: {exc}"
+            if in_flight is None:
+                raise
+            if isinstance(in_flight, StepFailed):
+                raise StepFailed(
+                    in_flight.stage, f"{in_flight.reason}; teardown also failed: {why}"
+                ) from None
+            print(f"perfbisect: teardown failed while stopping: {why}", file=sys.stderr)
+
     def _teardown(self, server: HostProcess, logs: Path, port: int, gpu_before: list[int]) -> None:
         server.stop()
         if not self.host.is_local:
@@ -308,6 +332,7 @@ class CommandTarget:
         gpu_before = gpu_memory_used(snapshot)
 
         server: HostProcess | None = None
+        in_flight: BaseException | None = None
         try:
             if "serve" in self.options:
                 stage("serve")
@@ -347,10 +372,13 @@ class CommandTarget:
                     f"no samples: {self._sample_source()} matched nothing; output tail: "
                     f"{tail or '(empty)'}",
                 )
+        except BaseException as exc:
+            in_flight = exc
+            raise
         finally:
             if server is not None:
                 notes.extend(server.notes)
-                self._teardown(server, logs, port, gpu_before)
+                self._teardown_after(server, logs, port, gpu_before, in_flight)
         snapshot.update(
             {
                 "address": self.host.address,

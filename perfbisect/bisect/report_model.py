@@ -1,0 +1,289 @@
+"""The report contract: one typed object per finished (or stopped) session.
+
+Built once from the engine's final state; the JSON (``to_json``), the terminal tables, the plot,
+the exit code and ``bisect status`` all read this object, so every view names the same culprit
+with the same numbers and verdicts. ``report_version`` changes whenever a field changes meaning;
+``from_json`` reads every stored version (version 1: the untyped dict of earlier releases).
+
+Counting, as the README defines it: *evaluations* are distinct configurations judged, *launches*
+are server launches attempted (failed ones included; ``failed_launches`` of them failed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+from perfbisect.bisect.stats import Verdict
+
+REPORT_VERSION = 2
+
+
+class ReportStatus(str, Enum):
+    FOUND = "found"
+    NOT_REPRODUCED = "endpoints-not-reproduced"
+    AMBIGUOUS = "ambiguous"
+
+    @property
+    def exit_code(self) -> int:
+        return {"found": 0, "endpoints-not-reproduced": 3, "ambiguous": 4}[self.value]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A configuration's value: median of per-launch values, its interval, how many launches."""
+
+    median: float
+    lo: float
+    hi: float
+    launches: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"median": self.median, "ci": [self.lo, self.hi], "launches": self.launches}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> Interval | None:
+        if not data:
+            return None
+        lo, hi = data["ci"]
+        return cls(float(data["median"]), float(lo), float(hi), int(data.get("launches", 0)))
+
+
+@dataclass(frozen=True)
+class Effect:
+    delta: float
+    lo: float
+    hi: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"delta": self.delta, "ci": [self.lo, self.hi]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> Effect | None:
+        if not data:
+            return None
+        lo, hi = data["ci"]
+        return cls(float(data["delta"]), float(lo), float(hi))
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    sha: str
+    subject: str
+    author: str
+    date: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """A level change between two adjacent configurations of one axis."""
+
+    axis: str
+    position: int  # of the first bad configuration on the session's path
+    last_good: dict[str, str]
+    first_bad: dict[str, str]
+    last_good_ms: Interval | None
+    first_bad_ms: Interval | None
+    effect_ms: Effect | None
+    verified: bool
+    verify_note: str | None = None
+    crosses_threshold: bool = False
+    commit: CommitInfo | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "axis": self.axis,
+            "position": self.position,
+            "last_good": self.last_good,
+            "first_bad": self.first_bad,
+            "last_good_ms": self.last_good_ms.to_json() if self.last_good_ms else None,
+            "first_bad_ms": self.first_bad_ms.to_json() if self.first_bad_ms else None,
+            "effect_ms": self.effect_ms.to_json() if self.effect_ms else None,
+            "verified": self.verified,
+            "verify_note": self.verify_note,
+            "crosses_threshold": self.crosses_threshold,
+            "commit": asdict(self.commit) if self.commit else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Step:
+        commit = data.get("commit")
+        return cls(
+            axis=str(data.get("axis", "commit")),
+            position=int(data.get("position", -1)),
+            last_good=dict(data["last_good"]),
+            first_bad=dict(data["first_bad"]),
+            last_good_ms=Interval.from_json(data.get("last_good_ms")),
+            first_bad_ms=Interval.from_json(data.get("first_bad_ms")),
+            effect_ms=Effect.from_json(data.get("effect_ms")),
+            verified=bool(data.get("verified")),
+            verify_note=data.get("verify_note"),
+            crosses_threshold=bool(data.get("crosses_threshold")),
+            commit=CommitInfo(**commit) if commit else None,
+        )
+
+
+@dataclass(frozen=True)
+class PathPoint:
+    position: int
+    config: dict[str, str]
+    verdict: Verdict
+    ms: Interval | None
+    reason: str | None = None
+    launch_values: tuple[float, ...] = ()
+    failures: tuple[str, ...] = ()  # failed launches of this configuration, with their reasons
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "position": self.position,
+            "config": self.config,
+            "verdict": self.verdict.value,
+            "ms": self.ms.to_json() if self.ms else None,
+            "reason": self.reason,
+            "launch_values": list(self.launch_values),
+            "failures": list(self.failures),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> PathPoint:
+        return cls(
+            position=int(data["position"]),
+            config=dict(data["config"]),
+            verdict=Verdict(data["verdict"]),
+            ms=Interval.from_json(data.get("ms")),
+            reason=data.get("reason"),
+            launch_values=tuple(float(v) for v in data.get("launch_values", [])),
+            failures=tuple(data.get("failures", [])),
+        )
+
+
+@dataclass(frozen=True)
+class AttributionRow:
+    axes: tuple[str, ...]
+    config: dict[str, str]
+    verdict: Verdict
+    effect_ms: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "axes": list(self.axes),
+            "config": self.config,
+            "verdict": self.verdict.value,
+            "effect_ms": self.effect_ms,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AttributionRow:
+        effect = data.get("effect_ms")
+        return cls(
+            tuple(data["axes"]),
+            dict(data["config"]),
+            Verdict(data["verdict"]),
+            float(effect) if effect is not None else None,
+        )
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    good: dict[str, str]
+    bad: dict[str, str]
+    why: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"good": self.good, "bad": self.bad, "why": self.why}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Unresolved:
+        if isinstance(data, Sequence) and not isinstance(data, Mapping):  # version 1: a pair
+            return cls(dict(data[0]), dict(data[1]))
+        return cls(dict(data["good"]), dict(data["bad"]), str(data.get("why", "")))
+
+
+@dataclass(frozen=True)
+class Report:
+    session: int
+    status: ReportStatus
+    message: str
+    metric: str
+    higher_is_better: bool
+    threshold_ms: float | None
+    culprit: Step | None
+    steps: tuple[Step, ...]
+    path: tuple[PathPoint, ...]
+    evaluations: int
+    launches: int
+    failed_launches: int = 0
+    noise_rel_sd: float = 0.0
+    path_length: int = 0
+    attribution: tuple[AttributionRow, ...] = ()
+    culprit_axes: tuple[tuple[str, ...], ...] = ()
+    unresolved: tuple[Unresolved, ...] = ()
+    drift: tuple[dict[str, Any], ...] = ()
+    log_dir: str | None = None
+    report_version: int = REPORT_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)  # fields of a newer version, kept
+
+    @property
+    def exit_code(self) -> int:
+        return self.status.exit_code
+
+    def point(self, position: int) -> PathPoint | None:
+        return next((p for p in self.path if p.position == position), None)
+
+    def to_json(self) -> dict[str, Any]:
+        steps = [s.to_json() for s in self.steps]
+        return {
+            "report_version": self.report_version,
+            "session": self.session,
+            "status": self.status.value,
+            "message": self.message,
+            "metric": self.metric,
+            "higher_is_better": self.higher_is_better,
+            "threshold_ms": self.threshold_ms,
+            "culprit": self.culprit.to_json() if self.culprit else None,
+            "steps": steps,
+            # Multi-axis searches: which axis sets were switched, and the culprit of each axis.
+            "attribution": [a.to_json() for a in self.attribution],
+            "culprit_axes": [list(a) for a in self.culprit_axes],
+            "culprits": steps,
+            "unresolved": [u.to_json() for u in self.unresolved],
+            "evaluations": self.evaluations,
+            "launches": self.launches,
+            "failed_launches": self.failed_launches,
+            "noise_rel_sd": self.noise_rel_sd,
+            "path_length": self.path_length,
+            "path": [p.to_json() for p in self.path],
+            "drift": list(self.drift),
+            "log_dir": self.log_dir,
+            **self.extra,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Report:
+        known = {f for f in cls.__dataclass_fields__ if f != "extra"} | {"culprits"}
+        culprit = data.get("culprit")
+        return cls(
+            session=int(data["session"]),
+            status=ReportStatus(data["status"]),
+            message=str(data.get("message", "")),
+            metric=str(data.get("metric", "value")),
+            higher_is_better=bool(data.get("higher_is_better")),
+            threshold_ms=data.get("threshold_ms"),
+            culprit=Step.from_json(culprit) if culprit else None,
+            steps=tuple(Step.from_json(s) for s in data.get("steps", [])),
+            path=tuple(PathPoint.from_json(p) for p in data.get("path", [])),
+            evaluations=int(data.get("evaluations", 0)),
+            launches=int(data.get("launches", 0)),
+            failed_launches=int(data.get("failed_launches", 0)),
+            noise_rel_sd=float(data.get("noise_rel_sd", 0.0)),
+            path_length=int(data.get("path_length", 0)),
+            attribution=tuple(AttributionRow.from_json(a) for a in data.get("attribution", [])),
+            culprit_axes=tuple(tuple(a) for a in data.get("culprit_axes", [])),
+            unresolved=tuple(Unresolved.from_json(u) for u in data.get("unresolved", [])),
+            drift=tuple(data.get("drift", [])),
+            log_dir=data.get("log_dir"),
+            report_version=int(data.get("report_version", 1)),
+            extra={k: v for k, v in data.items() if k not in known},
+        )
