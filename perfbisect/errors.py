@@ -23,12 +23,17 @@ class UsageError(PerfbisectError):
 class ExperimentError(PerfbisectError):
     """Raised when the experiment file is missing, malformed or incomplete.
 
-    The message names the file, the key and, when known, the line.
+    The message names the file, the key and, when known, the line. Input the user must fix:
+    exit 2, like a usage error.
     """
+
+    exit_code = 2
 
 
 class RevisionError(PerfbisectError):
-    """Raised when a revision does not resolve, or good/bad are not an ancestor pair."""
+    """Raised when a revision does not resolve, or good/bad are not an ancestor pair (exit 2)."""
+
+    exit_code = 2
 
 
 class StoreError(PerfbisectError):

@@ -43,7 +43,7 @@ def setup(cli: Cli, tmp_path: Path) -> tuple[Cli, list[str]]:
 def test_unknown_revision(setup: tuple[Cli, list[str]], tmp_path: Path) -> None:
     cli, shas = setup
     result = cli.run("bisect", "start", "--good", "nope", "--bad", shas[2])
-    assert result.returncode == 1
+    assert result.returncode == 2  # input to fix, as the README says
     assert "unknown revision 'nope'" in one_line_error(result)
     assert sessions_in(tmp_path) == 0
 
@@ -64,7 +64,7 @@ def test_good_not_ancestor_names_merge_base(cli: Cli, tmp_path: Path) -> None:
     side = repo.git("rev-parse", "HEAD")
     (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
     result = cli.run("bisect", "start", "--good", side, "--bad", "main")
-    assert result.returncode == 1
+    assert result.returncode == 2
     line = one_line_error(result)
     assert "is not an ancestor of bad" in line and f"merge base is {repo.shas[0][:12]}" in line
     assert sessions_in(tmp_path) == 0
@@ -76,9 +76,21 @@ def test_malformed_experiment(setup: tuple[Cli, list[str]], tmp_path: Path) -> N
         EXPERIMENT.replace("[metric]", "[metric]\nunits = 'ms'")
     )
     result = cli.run("bisect", "start", "--good", shas[0], "--bad", shas[2])
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "perfbisect.toml:8: key 'metric.units': unknown key" in one_line_error(result)
     assert sessions_in(tmp_path) == 0
+
+
+def test_json_errors_are_json_on_stdout(setup: tuple[Cli, list[str]], tmp_path: Path) -> None:
+    cli, shas = setup
+    result = cli.run("bisect", "start", "--good", "nope", "--bad", shas[2], "--json")
+    assert result.returncode == 2
+    import json
+
+    error = json.loads(result.stdout)
+    assert error["exit_code"] == 2 and "unknown revision 'nope'" in error["error"]
+    assert error["kind"] == "RevisionError"
+    assert "unknown revision" in one_line_error(result)  # and the usual line on stderr
 
 
 def test_bad_spec_is_usage_error(setup: tuple[Cli, list[str]], tmp_path: Path) -> None:

@@ -188,7 +188,7 @@ def test_bad_patch_input_is_refused_before_anything_is_stored(cli: Cli, tmp_path
     for files, message in cases:
         exp.write_text(EXPERIMENT.format(patches=f"[axes.patches]\n{files}\n"))
         result = cli.run("bisect", "start", "--good", head, "--bad", f"{head},patches=evil.patch")
-        assert result.returncode == 1, result.stderr
+        assert result.returncode == 2, result.stderr  # a malformed experiment file
         assert message in result.stderr and "perfbisect.toml:" in result.stderr
     _patch(repo.path, "ok.patch", {"cost/ok": "0"}, patches)
     exp.write_text(EXPERIMENT.format(patches='[axes.patches]\nfiles = ["patches/ok.patch"]\n'))

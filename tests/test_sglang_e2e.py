@@ -163,7 +163,7 @@ def test_an_axis_value_in_axis_args_must_be_listed(cli: Cli, tmp_path: Path) -> 
     text = (tmp_path / "perfbisect.toml").read_text().replace("\noff = [", "\noof = [")
     (tmp_path / "perfbisect.toml").write_text(text)
     result = cli.run("bisect", "start", "--good", "graphs=on", "--bad", "graphs=off")
-    assert result.returncode == 1  # a malformed experiment file, as everywhere
+    assert result.returncode == 2  # a malformed experiment file, as everywhere
     assert "perfbisect.toml:17: key 'target.axis_args.graphs.oof'" in result.stderr
     assert "oof" in result.stderr and "is not a value of axis 'graphs'" in result.stderr
 

@@ -139,17 +139,6 @@ def _step(experiment: Experiment, engine: Engine, threshold: float | None, c: Cu
     )
 
 
-def _culprit(engine: Engine, outcome: Outcome) -> Culprit | None:
-    """The step the report names: the engine's, unless its first bad configuration ended up
-    judged otherwise and another step's is BAD (one verdict per configuration everywhere)."""
-    if outcome.culprit is None:
-        return None
-    if engine.verdicts.get(outcome.culprit.first_bad.position) is Verdict.BAD:
-        return outcome.culprit
-    bad = [c for c in outcome.steps if engine.verdicts.get(c.first_bad.position) is Verdict.BAD]
-    return bad[0] if bad else outcome.culprit
-
-
 def _unresolved(engine: Engine, a: int, b: int) -> Unresolved:
     inside = [engine.point(p) for p in sorted(engine.verdicts) if a < p < b]
     reasons = [
@@ -171,7 +160,7 @@ def build_report(
     log_dir: str | None = None,
 ) -> Report:
     threshold = outcome.threshold
-    chosen = _culprit(engine, outcome)
+    chosen = outcome.culprit
     steps = tuple(_step(experiment, engine, threshold, c) for c in outcome.steps)
     culprit = _step(experiment, engine, threshold, chosen) if chosen else None
     attribution = tuple(

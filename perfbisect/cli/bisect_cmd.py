@@ -15,7 +15,9 @@ if TYPE_CHECKING:
     from perfbisect.bisect.report_model import Report
 
 app = typer.Typer(
-    help="Search for the first configuration that crosses the threshold.", no_args_is_help=True
+    rich_markup_mode=None,  # help texts hold [env], ssh://[user@]host: not markup
+    help="Search for the first configuration that crosses the threshold.",
+    no_args_is_help=True,
 )
 
 JSON = typer.Option(False, "--json", help="Print one JSON object instead of the report.")

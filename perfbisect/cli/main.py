@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from perfbisect.cli import bisect_cmd, demo_cmd, probe_cmd, query_cmd
+from perfbisect.cli import bisect_cmd, cache_cmd, demo_cmd, probe_cmd, query_cmd
 from perfbisect.cli.context import Context
 
 app = typer.Typer(
@@ -14,12 +14,23 @@ app = typer.Typer(
     help="Automated, noise-aware performance-regression bisection for LLM serving.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
+    rich_markup_mode=None,  # help texts hold [env], ssh://[user@]host: not markup
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.add_typer(bisect_cmd.app, name="bisect")
 app.add_typer(query_cmd.app, name="query")
 app.add_typer(probe_cmd.app, name="probe")
+app.add_typer(cache_cmd.app, name="cache")
 app.command("demo")(demo_cmd.demo)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from perfbisect import __version__
+
+        typer.echo(f"perfbisect {__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
@@ -30,6 +41,13 @@ def main(
         "--db",
         envvar="PERFBISECT_DB",
         help="History database: SQLAlchemy URL or SQLite file (default: user data dir).",
+    ),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        is_eager=True,
+        callback=_print_version,
+        help="Print the version and exit.",
     ),
 ) -> None:
     ctx.obj = Context(db_url=db)
@@ -46,12 +64,22 @@ def version() -> None:
 def run() -> None:
     from perfbisect.errors import PerfbisectError
 
+    as_json = "--json" in sys.argv[1:]
     try:
         app()
     except PerfbisectError as exc:
         message = str(exc).replace("\n", " | ") if exc.exit_code != 130 else str(exc)
-        print(f"perfbisect: error: {message}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+        _fail(message, exc.exit_code, type(exc).__name__, as_json)
     except KeyboardInterrupt:
-        print("perfbisect: interrupted", file=sys.stderr)
-        sys.exit(130)
+        _fail("interrupted", 130, "Interrupted", as_json)
+
+
+def _fail(message: str, code: int, kind: str, as_json: bool) -> None:
+    """One line on stderr; with --json also one JSON object on stdout, so that a script that
+    reads stdout always gets something it can parse."""
+    print(f"perfbisect: error: {message}", file=sys.stderr)
+    if as_json:
+        import json
+
+        print(json.dumps({"error": message, "kind": kind, "exit_code": code}))
+    sys.exit(code)

@@ -12,7 +12,10 @@ from perfbisect.cli.context import ctx_store, emit_json
 if TYPE_CHECKING:
     from perfbisect.hosts.base import Host
 
-app = typer.Typer(help="Measure the environment: what reaches the processes, what the GPUs are.")
+app = typer.Typer(
+    rich_markup_mode=None,  # help texts hold [env], ssh://[user@]host: not markup
+    help="Measure the environment: what reaches the processes, what the GPUs are.",
+)
 JSON = typer.Option(False, "--json", help="Print JSON.")
 HOST = typer.Option(None, "--host", help="local (default) or ssh://[user@]host[:port].")
 SSH_CONFIG = typer.Option(None, "--ssh-config", help="ssh config file instead of ~/.ssh/config.")

@@ -10,7 +10,9 @@ import typer
 from perfbisect.cli.context import ctx_store, emit_json
 
 app = typer.Typer(
-    help="Ask the history database what was measured, when, and on what.", no_args_is_help=True
+    rich_markup_mode=None,  # help texts hold [env], ssh://[user@]host: not markup
+    help="Ask the history database what was measured, when, and on what.",
+    no_args_is_help=True,
 )
 JSON = typer.Option(False, "--json", help="Print JSON.")
 

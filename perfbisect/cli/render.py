@@ -111,8 +111,13 @@ def render_report(report: Report, out: Console | None = None) -> None:
     out.print(table)
     culprit = report.culprit
     if culprit:
+        # the same verdict as its row in the table: a level of its own between the endpoints
+        # (a stacked regression's first step) is "intermediate" there and here
+        point = report.point(culprit.position)
+        verdict = point.verdict.value if point else "bad"
+        label = "first bad" if verdict == "bad" else f"first worse ({verdict})"
         out.print(
-            f"[bold]first bad ({escape(culprit.axis)}):[/] {escape(cfg(culprit.first_bad))}  "
+            f"[bold]{label} ({escape(culprit.axis)}):[/] {escape(cfg(culprit.first_bad))}  "
             f"{escape(interval(culprit.first_bad_ms))}"
         )
         if culprit.commit:

@@ -93,7 +93,7 @@ class GitRepo:
                 self.repo_at(where).git.apply("--index", str(file))
             except self._errors as exc:
                 shutil.rmtree(where, ignore_errors=True)
-                self.repo.git.worktree("prune")
+                self.checkouts(root).git.worktree("prune")
                 message = exc.stderr.strip().replace("error: ", "")
                 raise StepFailed("patch", f"{name} does not apply: {message}") from None
         marker.write_text("\n".join(name for name, _ in patches))
@@ -104,8 +104,31 @@ class GitRepo:
 
         return git.Repo(where)
 
+    def checkouts(self, root: Path) -> Any:
+        """perfbisect's own bare clone of the repository, sharing its objects (``--shared``:
+        nothing is copied), where the worktrees are registered: the user's repository keeps
+        its own ``git worktree list``. New commits need no fetch: their objects are found
+        through the alternates link."""
+        import git
+
+        digest = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:10]
+        clone = root / digest / "checkouts.git"
+        if not (clone / "HEAD").exists():
+            clone.parent.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(clone, ignore_errors=True)
+            try:
+                git.Repo.clone_from(
+                    str(self.path.resolve()), str(clone), bare=True, shared=True, quiet=True
+                )
+            except self._errors as exc:
+                raise StepFailed(
+                    "checkout", f"git clone --shared failed: {exc.stderr.strip()}"
+                ) from None
+        return git.Repo(clone)
+
     def worktree(self, sha: str, root: Path, variant: str = "") -> Path:
-        """A detached worktree at ``sha`` under ``root``, created once and reused."""
+        """A detached worktree at ``sha`` under ``root``, created once and reused (and touched,
+        so that the least recently used ones are the ones evicted)."""
         digest = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:10]
         where = root / digest / f"{sha[:16]}{variant}"
         if (where / ".git").exists():
@@ -114,18 +137,54 @@ class GitRepo:
                 import git
 
                 if git.Repo(head).head.commit.hexsha == sha:
+                    where.touch()
                     return where
             except Exception:  # a broken worktree is recreated below
                 pass
         where.parent.mkdir(parents=True, exist_ok=True)
+        clone = self.checkouts(root)
         try:
-            self.repo.git.worktree("prune")
+            clone.git.worktree("prune")
             if where.exists():
                 # Left over from a repository that no longer exists at this path (or a broken
                 # checkout): git does not know it, so it cannot remove it for us.
                 shutil.rmtree(where)
-                self.repo.git.worktree("prune")
-            self.repo.git.worktree("add", "--detach", "--force", str(where), sha)
+                clone.git.worktree("prune")
+            clone.git.worktree("add", "--detach", "--force", str(where), sha)
         except self._errors as exc:
             raise StepFailed("checkout", f"git worktree add failed: {exc.stderr.strip()}") from None
+        evict_worktrees(root / digest, keep=MAX_WORKTREES, spare=where)
         return where
+
+
+MAX_WORKTREES = 48  # per repository; the least recently used beyond this are removed
+EVICT_IDLE_S = 600  # never one used in the last ten minutes (another session may be on it)
+
+
+def evict_worktrees(folder: Path, keep: int, spare: Path | None = None) -> list[Path]:
+    """Remove the least recently used worktrees of one repository beyond ``keep``."""
+    import time
+
+    trees = sorted(
+        (p for p in folder.iterdir() if p.is_dir() and (p / ".git").exists() and p != spare),
+        key=lambda p: p.stat().st_mtime,
+    )
+    excess = len(trees) + (1 if spare else 0) - keep
+    removed = []
+    now = time.time()
+    for tree in trees[: max(0, excess)]:
+        if now - tree.stat().st_mtime < EVICT_IDLE_S:
+            continue
+        shutil.rmtree(tree, ignore_errors=True)
+        for marker in folder.glob(f"{tree.name}*.patched"):
+            marker.unlink(missing_ok=True)
+        Path(f"{tree}.build.json").unlink(missing_ok=True)
+        removed.append(tree)
+    clone = folder / "checkouts.git"
+    if removed and clone.exists():
+        import subprocess
+
+        subprocess.run(
+            ["git", "--git-dir", str(clone), "worktree", "prune"], capture_output=True, timeout=60
+        )
+    return removed
