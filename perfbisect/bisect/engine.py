@@ -5,7 +5,7 @@ requests (several at once, so parallel hosts can serve them), runs them, and han
 back with ``feed()``. Because the engine is deterministic, a resumed session is rebuilt exactly
 by replaying the stored launch results in order.
 
-Plan (DESIGN.md sections 3-4): reproduce the endpoints and fix the threshold; binary search on
+Plan (docs/design.md sections 3-4): reproduce the endpoints and fix the threshold; binary search on
 the path from good to bad, routing around SKIP/UNCLEAR points and never blaming them; verify the
 adjacent pair with interleaved launches; if verification contradicts an earlier verdict (one
 outlier launch can mislead a single-launch verdict), correct it and keep searching.

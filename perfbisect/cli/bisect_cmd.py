@@ -115,7 +115,8 @@ def resume(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JS
 def status(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JSON) -> None:
     """Where a session stands: whose it is, its status, launches and time, each verdict."""
     from perfbisect.bisect.status import session_status
-    from perfbisect.cli.render import cfg, console, num, render_rows
+    from perfbisect.cli.render import console, render_rows
+    from perfbisect.formatting import cfg, num
 
     data = session_status(ctx_store(ctx), session)
     if as_json:
@@ -147,8 +148,9 @@ def status(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JS
 @app.command()
 def log(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JSON) -> None:
     """Every launch of a session, in order, with its value or failure and log location."""
-    from perfbisect.cli.render import cfg, num, render_rows
+    from perfbisect.cli.render import render_rows
     from perfbisect.errors import lead_with_error
+    from perfbisect.formatting import cfg, num
     from perfbisect.store.history import find_session, session_launches
 
     store = ctx_store(ctx)
@@ -182,12 +184,20 @@ def report(
     session: str | None = SESSION,
     as_json: bool = JSON,
     plot: str | None = typer.Option(None, "--plot", help="Write a PNG plot here."),
+    html: Path | None = typer.Option(
+        None, "--html", help="Also write a self-contained HTML report here (no network needed)."
+    ),
 ) -> None:
     """The final report of a finished session."""
     from perfbisect.errors import StoreError
     from perfbisect.store.history import find_session
 
     row = find_session(ctx_store(ctx), session)
+    if html is not None:
+        from perfbisect.html_report import session_html
+
+        html.write_text(session_html(ctx_store(ctx), str(row.id)))
+        typer.echo(f"wrote {html}", err=True)
     if row.result is None:
         raise StoreError(
             f"session {row.id} has no report yet (status {row.status}); "

@@ -16,8 +16,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
-from perfbisect.cli.render import VERDICT_STYLE, console, num
+from perfbisect.cli.render import VERDICT_STYLE, console
 from perfbisect.errors import lead_with_error
+from perfbisect.formatting import num
 
 
 class ConsoleProgress:

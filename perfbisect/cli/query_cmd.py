@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -43,6 +44,8 @@ def history_cmd(
     """Every stored launch matching the filters, oldest first."""
     from perfbisect.cli.render import render_rows
     from perfbisect.config import parse_spec
+    from perfbisect.errors import lead_with_error
+    from perfbisect.formatting import cfg, num, stage_times
     from perfbisect.store.history import history
 
     axes = parse_spec(config) if config else None
@@ -52,17 +55,20 @@ def history_cmd(
         return
     render_rows(
         "history",
-        ["id", "when", "session", "config", "metric", "value", "samples", "status"],
+        ["id", "when", "session", "config", "metric", "value", "samples", "stages", "status"],
         [
             (
                 v.id,
                 v.started_at.isoformat(timespec="seconds"),
                 v.session_id,
-                ",".join(f"{k}={str(x)[:10]}" for k, x in v.axes.items()),
+                cfg(v.axes),
                 v.metric,
-                f"{v.value:.4g}" if v.value is not None else "-",
+                num(v.value),
                 v.n_samples,
-                v.status if v.status == "ok" else f"{v.stage}: {(v.reason or '')[:40]}",
+                stage_times(v.timings),
+                v.status
+                if v.status == "ok"
+                else f"{v.stage}: {lead_with_error(v.reason or 'failed')}",
             )
             for v in views
         ],
@@ -73,6 +79,7 @@ def history_cmd(
 def sessions(ctx: typer.Context, as_json: bool = JSON) -> None:
     """All bisect sessions and what they found."""
     from perfbisect.cli.render import render_rows
+    from perfbisect.formatting import cfg
     from perfbisect.store.history import list_sessions
 
     rows = list_sessions(ctx_store(ctx))
@@ -104,7 +111,7 @@ def sessions(ctx: typer.Context, as_json: bool = JSON) -> None:
                 d["created_at"][:19],
                 d["status"],
                 d["outcome"],
-                ",".join(f"{k}={str(v)[:10]}" for k, v in (d["first_bad"] or {}).items()),
+                cfg(d["first_bad"] or {}),
             )
             for d in data
         ],
@@ -174,12 +181,18 @@ def compare(
     launch_a: int = typer.Argument(...),
     launch_b: int = typer.Argument(...),
     as_json: bool = JSON,
+    html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML page."),
 ) -> None:
     """Two launches side by side, and the differences of their environment snapshots."""
     from perfbisect.cli.render import render_rows
     from perfbisect.store.history import diff_snapshots
 
     store = ctx_store(ctx)
+    if html is not None:
+        from perfbisect.html_report import compare_html
+
+        html.write_text(compare_html(store, launch_a, launch_b))
+        typer.echo(f"wrote {html}", err=True)
     a, b = _launch_summary(store, launch_a), _launch_summary(store, launch_b)
     env = [{"key": k, "a": x, "b": y} for k, x, y in diff_snapshots(a["snapshot"], b["snapshot"])]
     keys = ["n", "median", "p10", "p90", "min", "max"]

@@ -16,7 +16,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from perfbisect.bisect.report_model import Interval, Report, Step
+from perfbisect.bisect.report_model import Report, Step
+from perfbisect.formatting import cfg, interval, num
 
 STATUS_STYLE = {
     "found": "bold green",
@@ -37,25 +38,6 @@ def console(stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() else max(shutil.get_terminal_size((200, 40)).columns, 200)
     return Console(stderr=stderr, highlight=False, width=width)
-
-
-def num(value: float | None) -> str:
-    """A measured number to meaningful digits (never 29.194000000000003)."""
-    if value is None:
-        return "-"
-    return f"{value:.4g}"
-
-
-def cfg(config: dict[str, Any]) -> str:
-    return ",".join(
-        str(value) if key == "commit" else f"{key}={value}" for key, value in config.items()
-    )
-
-
-def interval(ms: Interval | None) -> str:
-    if ms is None:
-        return "-"
-    return f"{num(ms.median)} [{num(ms.lo)}, {num(ms.hi)}] n={ms.launches}"
 
 
 def _table(*columns: str, title: str | None = None) -> Table:

@@ -1,7 +1,7 @@
 """``tmux``: a fresh detached tmux session running the user's interactive login shell; the
 environment and the command are given to that shell as a person would type them.
 
-Facts this relies on (DESIGN.md section 6): the session's environment comes from the tmux
+Facts this relies on (docs/design.md section 6): the session's environment comes from the tmux
 *server's* global environment, frozen when the server started, so a variable exported later in
 some other shell does not reach it; the pane's login shell reads the profile files, so exports
 after a non-interactive guard in ``~/.bashrc`` do apply here.

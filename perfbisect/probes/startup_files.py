@@ -1,7 +1,7 @@
 """Shell start-up files: which assignments each kind of shell reaches, and the guards that stop
 it early.
 
-Two worlds matter for a launch (DESIGN.md section 6):
+Two worlds matter for a launch (docs/design.md section 6):
 
 - ``login``: a login shell, which is what a tmux pane runs: ``/etc/profile`` (and the
   ``/etc/profile.d/*.sh`` it sources), then the *first* of ``~/.bash_profile``, ``~/.bash_login``,

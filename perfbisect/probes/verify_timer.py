@@ -1,6 +1,6 @@
 """Per-cycle verify timings as JSON lines ``{"t", "ms", "bs", "graph"}`` (one file per rank).
 
-The reference server writes them itself; for SGLang a boot hook writes them (DESIGN.md
+The reference server writes them itself; for SGLang a boot hook writes them (docs/design.md
 section 5). Either way a measure stage prints them as ``verify {...}`` lines, and this module
 turns those into samples: one per cycle, the slowest rank's time (a TP cycle waits for it).
 """

@@ -171,6 +171,17 @@ def launch_with_samples(
         return view, samples, dict(snap.data) if snap else {}
 
 
+def session_snapshots(store: Store, session_id: int) -> dict[int, dict[str, Any]]:
+    """Each launch's environment snapshot (launch id -> data), in one query."""
+    with store.transaction() as db:
+        rows = db.execute(
+            select(Launch.id, EnvSnapshot.data)
+            .join(EnvSnapshot, Launch.snapshot_id == EnvSnapshot.id)
+            .where(Launch.session_id == session_id)
+        )
+        return {int(launch_id): dict(data) for launch_id, data in rows}
+
+
 def configuration_axes(db: Session, fingerprint: str) -> dict[str, Any]:
     row = db.get(ConfigurationRow, fingerprint)
     return dict(row.axes) if row else {}
@@ -190,8 +201,13 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+# Keys that differ between any two launches by construction (when, which worktree, the
+# commands with that worktree in them): not environment differences.
+SNAPSHOT_NOISE = ("taken_at", "launch.cwd", "launch.commands.")
+
+
 def diff_snapshots(
-    a: Mapping[str, Any], b: Mapping[str, Any], ignore: tuple[str, ...] = ("taken_at",)
+    a: Mapping[str, Any], b: Mapping[str, Any], ignore: tuple[str, ...] = SNAPSHOT_NOISE
 ) -> list[tuple[str, Any, Any]]:
     """(key, value in a, value in b) for every leaf that differs; nested keys dotted."""
     fa, fb = flatten(a), flatten(b)
@@ -199,5 +215,5 @@ def diff_snapshots(
     return [
         (k, fa.get(k), fb.get(k))
         for k in keys
-        if fa.get(k) != fb.get(k) and not any(k.endswith(i) for i in ignore)
+        if fa.get(k) != fb.get(k) and not any(k.endswith(i) or k.startswith(i) for i in ignore)
     ]

@@ -384,7 +384,19 @@ class CommandTarget:
                 "address": self.host.address,
                 "perfbisect": __version__,
                 "env": redact_env(dict(self.experiment.env)),
-                "launch": {"method": self._method(config), "notes": notes},
+                "launch": {
+                    "method": self._method(config),
+                    "notes": notes,
+                    # What ran, to reproduce this launch by hand (secrets redacted).
+                    "cwd": worktree,
+                    "commands": {
+                        stage: redact_text(
+                            substitute(self.options[stage], values, quote=stage != "ready"), env
+                        )
+                        for stage in ("build", "serve", "ready", "measure")
+                        if self.options.get(stage)
+                    },
+                },
             }
         )
         return Measurement(

@@ -1,0 +1,39 @@
+"""How measured values and configurations are written for people, the same in the terminal
+and in the HTML report: numbers to meaningful digits, whole configurations, stage times."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from perfbisect.bisect.report_model import Interval
+
+
+def num(value: float | None) -> str:
+    """A measured number to meaningful digits (never 29.194000000000003)."""
+    if value is None:
+        return "-"
+    return f"{value:.4g}"
+
+
+def cfg(config: Mapping[str, Any]) -> str:
+    """A whole configuration (nothing cut): a commit as its sha, other axes as name=value."""
+    return ",".join(
+        str(value) if key == "commit" else f"{key}={value}" for key, value in config.items()
+    )
+
+
+def interval(ms: Interval | None) -> str:
+    if ms is None:
+        return "-"
+    return f"{num(ms.median)} [{num(ms.lo)}, {num(ms.hi)}] n={ms.launches}"
+
+
+def stage_times(timings: Mapping[str, Any]) -> str:
+    """``build 0.1s, ready 56.0s, measure 30.2s`` from a launch's stored timings."""
+    parts = [
+        f"{k.removesuffix('_s')} {float(v):.1f}s"
+        for k, v in timings.items()
+        if k.endswith("_s") and isinstance(v, (int, float))
+    ]
+    return ", ".join(parts) or "-"
