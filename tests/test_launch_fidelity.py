@@ -429,3 +429,22 @@ def test_environment_made_from_a_venv_sees_that_venvs_packages(tmp_path: Path) -
     )
     assert lost.returncode != 0
     assert os.access(child / "bin" / "python", os.X_OK)
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
+def test_fish_login_shell_on_the_host_runs_every_method(cli: Cli, ssh_server: SshServer) -> None:
+    # `chsh -s fish`: every `ssh host cmd` now runs through fish. perfbisect hands its sh
+    # wrappers to /bin/sh on standard input, so fish only starts /bin/sh (after config.fish).
+    subprocess.run(["usermod", "-s", shutil.which("fish") or "fish", ssh_server.user], check=True)
+    try:
+        start = time.monotonic()
+        result = probe(cli, ssh_server, "--env", "NCCL_ALGO=Ring")
+        took = time.monotonic() - start
+    finally:
+        subprocess.run(["usermod", "-s", "/bin/bash", ssh_server.user], check=True)
+    assert result["errors"] == {}, result["errors"]
+    for method in ("direct", "tmux", "ssh", "sitecustomize"):
+        assert cells(result, "NCCL_ALGO", method)["python"] == "present", method
+    assert "pane shell: fish" in result["notes"]["tmux"]
+    assert result["reference"] == "the login environment of the host's user"
+    assert took < 60

@@ -630,8 +630,8 @@ class Engine:
         effect = difference(
             self.launches[lo], self.launches[hi], self.rel_sd(), self.policy.noise.z
         )
-        verified, note = self._verification(lo, hi)
-        return Culprit(self.point(lo), self.point(hi), effect, verified, note)
+        ok, note = self._verification(lo, hi)
+        return Culprit(self.point(lo), self.point(hi), effect, ok, note)
 
     def _verification(self, lo: int, hi: int) -> tuple[bool, str | None]:
         """Verified only when the verification launches ran, agreed, and the effect's interval

@@ -157,15 +157,17 @@ class LocalHost:
         env: Mapping[str, str] | None = None,
         timeout_s: float = 60.0,
         log_path: Path | None = None,
+        input: bytes | None = None,
     ) -> CommandResult:
-        """Run to completion; on timeout or Ctrl-C the whole process tree is killed."""
+        """Run to completion; on timeout or Ctrl-C the whole process tree is killed. ``input``
+        is written to the command's standard input (else it reads /dev/null)."""
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
                 list(argv),
                 cwd=cwd,
                 env={**os.environ, **(env or {})},
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -176,7 +178,7 @@ class LocalHost:
             return CommandResult(code, f"{argv[0]}: {exc.strerror}", time.monotonic() - start)
         timed_out = False
         try:
-            out, _ = proc.communicate(timeout=timeout_s)
+            out, _ = proc.communicate(input=input, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
             kill_tree(proc, grace_s=2)

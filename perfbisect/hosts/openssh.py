@@ -72,8 +72,16 @@ class OpenSshClient:
             argv += ["-o", "StrictHostKeyChecking=accept-new"]
         return [*argv, "--", self.host, remote_command]
 
-    def run(self, remote_command: str, timeout_s: float = 60.0) -> CommandResult:
-        return LocalHost().run(self.argv(remote_command), timeout_s=timeout_s)
+    def run(
+        self, remote_command: str, timeout_s: float = 60.0, script: str | None = None
+    ) -> CommandResult:
+        """``ssh host remote_command``; with ``script``, the command is ``/bin/sh -s`` and the
+        script goes to its standard input: the login shell (bash, zsh, fish, csh...) then only
+        has to start /bin/sh, after reading its start-up files as for any ``ssh host cmd``."""
+        if script is not None:
+            remote_command = "/bin/sh -s"
+        data = script.encode() if script is not None else None
+        return LocalHost().run(self.argv(remote_command), timeout_s=timeout_s, input=data)
 
     def run_argv(self, argv: Sequence[str], timeout_s: float = 60.0) -> CommandResult:
         return self.run(shlex.join(argv), timeout_s=timeout_s)

@@ -259,6 +259,36 @@ class SshHost:
         output = (result.stdout or "") + (result.stderr or "")
         return CommandResult(result.exited, output, time.monotonic() - start)
 
+    def run_script(self, script: str, *, timeout_s: float = 60.0) -> CommandResult:
+        """``/bin/sh -s`` through the login shell with ``script`` on its standard input."""
+
+        import paramiko
+
+        conn = self.connection()
+        start = time.monotonic()
+        try:
+            channel = conn.client.get_transport().open_session()
+            channel.settimeout(timeout_s)
+            channel.set_combine_stderr(True)
+            channel.exec_command("/bin/sh -s")
+            channel.sendall(script.encode())
+            channel.shutdown_write()
+            chunks = []
+            while True:
+                data = channel.recv(65536)
+                if not data:
+                    break
+                chunks.append(data)
+            code = channel.recv_exit_status()
+            channel.close()
+        except TimeoutError:
+            return CommandResult(-9, "", time.monotonic() - start, True)
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            self.close()
+            raise HostUnreachable(self.address, f"connection lost: {exc}") from None
+        output = b"".join(chunks).decode(errors="replace")
+        return CommandResult(code, output, time.monotonic() - start)
+
     def run(
         self,
         argv: Sequence[str],
@@ -314,8 +344,12 @@ class SshHost:
             f"(setsid sh -c {shlex.quote(inner)} > {shlex.quote(log_path)} 2>&1 < /dev/null &"
             " echo $!)"
         )
+        # Through /bin/sh's standard input: whatever the login shell is (fish, csh), it only
+        # starts /bin/sh, and the wrapper's sh syntax never meets it.
         result = (
-            client.run(wrapper, timeout_s=60) if client else self.run_shell(wrapper, timeout_s=60)
+            client.run("", timeout_s=60, script=wrapper)
+            if client
+            else self.run_script(wrapper, timeout_s=60)
         )
         try:
             pid = int(result.output.strip().splitlines()[-1])

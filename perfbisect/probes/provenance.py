@@ -105,7 +105,7 @@ def ssh_world(client: OpenSshClient, files: Host | None) -> SshWorld:
     its config file); ``files`` is the host whose files that sshd reads (None: not readable
     from here)."""
     world = SshWorld(client.describe(), client.send_env(), None)
-    result = client.run(f"exec sh -c {shlex.quote(_DISCOVER)}", timeout_s=30)
+    result = client.run("", timeout_s=30, script=_DISCOVER)
     if not result.ok:
         world.sshd_error = f"could not open a session: {result.tail(1)}"
         return world
