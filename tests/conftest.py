@@ -95,6 +95,24 @@ pattern = 'verify_ms=([0-9.]+)'
 """
 
 
+def layered_env(parent_python: str, where: Path) -> tuple[Path, Path]:
+    """A real environment made as perfbisect makes its own (layered on ``parent_python``'s):
+    its interpreter and its site-packages."""
+    from perfbisect.targets.pyenv import layered_venv_argv
+
+    subprocess.run(
+        layered_venv_argv(parent_python, str(where)), check=True, capture_output=True, timeout=120
+    )
+    python = where / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return python, Path(site)
+
+
 @dataclass
 class Cli:
     env: dict[str, str]

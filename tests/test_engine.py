@@ -276,7 +276,45 @@ def test_verification_that_never_runs_is_not_called_verified() -> None:
     culprit = outcome.culprit
     assert culprit is not None and culprit.first_bad.position == 11
     assert not culprit.verified
-    assert culprit.note is not None and "verification launches of position 11 failed" in culprit.note
+    assert (
+        culprit.note is not None and "verification launches of position 11 failed" in culprit.note
+    )
     # bounded: the first try plus two retries, then it gives up
     assert len(engine.failures[11]) == 1 + Policy().launch_retries
     assert engine.verdicts[11] is Verdict.BAD
+
+
+def test_step_search_out_of_launches_is_unresolved_not_silent() -> None:
+    # A plateau (23 ms) too noisy to bisect within a step search's budget, between 19 and 29:
+    # with this seed the search of one level gap runs out of launches. Its bracket must be in
+    # `unresolved` with the cost of finishing it, not dropped without a word.
+    import random
+
+    rng = random.Random(78)
+
+    def script(pos: int, k: int) -> float:
+        level = 19.0 if pos < 10 else 23.0 if pos < 40 else 29.0
+        spread = 0.15 if 10 <= pos < 40 else 0.03
+        return level * rng.uniform(1 - spread, 1 + spread)
+
+    engine = Engine(path(63))
+    drive(engine, script)
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.FOUND
+    assert engine.unresolved_why, "the starved step search left no trace"
+    for pair, why in engine.unresolved_why.items():
+        assert pair in outcome.unresolved
+        assert "ran out of its" in why and "more launches" in why
+    assert "could not be pinned down" in outcome.message
+
+
+def test_message_claims_crossing_only_when_medians_straddle() -> None:
+    engine = Engine(path(32), threshold=25.0)
+    drive(engine, lambda pos, k: 19.0 if pos < 8 else 23.0 if pos < 20 else 29.0)
+    outcome = engine.outcome
+    assert outcome is not None and outcome.culprit is not None
+    assert engine.straddles(outcome.culprit)
+    if len(outcome.steps) > 1:
+        assert "crosses the threshold" in outcome.message
+        low = next(c for c in outcome.steps if c.first_bad.position == 8)
+        assert not engine.straddles(low)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Cli
+from conftest import Cli, layered_env
 from sshd_fixture import SshServer
 
 from perfbisect.hosts.local import LocalHost
@@ -36,8 +36,8 @@ def cells(result: dict[str, Any], name: str, method: str) -> dict[str, str]:
     return {s: c["status"] for s, c in result["matrix"][name][method].items()}
 
 
-def probe(cli: Cli, server: SshServer, *args: str, ssh_config: Path | None = None) -> Any:
-    return cli.json(
+def probe_args(server: SshServer, *args: str, ssh_config: Path | None = None) -> list[str]:
+    return [
         "probe",
         "env-propagation",
         "--host",
@@ -45,8 +45,11 @@ def probe(cli: Cli, server: SshServer, *args: str, ssh_config: Path | None = Non
         "--ssh-config",
         str(ssh_config or server.ssh_config),
         *args,
-        "--json",
-    )
+    ]
+
+
+def probe(cli: Cli, server: SshServer, *args: str, ssh_config: Path | None = None) -> Any:
+    return cli.json(*probe_args(server, *args, "--json", ssh_config=ssh_config))
 
 
 @pytest.fixture
@@ -179,9 +182,7 @@ def test_sendenv_and_included_acceptenv_cross_through_the_openssh_client(
     assert "command delivered by the OpenSSH client: ssh -F" in notes
 
 
-def test_sshd_t_gives_the_effective_configuration_as_root(
-    cli: Cli, ssh_server: SshServer
-) -> None:
+def test_sshd_t_gives_the_effective_configuration_as_root(cli: Cli, ssh_server: SshServer) -> None:
     result = cli.json(
         "probe",
         "env-propagation",
@@ -238,16 +239,7 @@ def test_remote_probe_compares_with_the_hosts_login_environment(
     assert started.returncode == 0, started.stderr
     try:
         result = probe(cli, ssh_server, "--method", "tmux,ssh")
-        text = cli.run(
-            "probe",
-            "env-propagation",
-            "--host",
-            ssh_server.address,
-            "--ssh-config",
-            str(ssh_server.ssh_config),
-            "--method",
-            "tmux,ssh",
-        )
+        text = cli.run(*probe_args(ssh_server, "--method", "tmux,ssh"))
     finally:
         dropin.unlink()
         ssh_server.reload()
@@ -345,19 +337,7 @@ def test_unknown_pane_shell_fails_within_seconds_naming_it(
     bashrc.write_text(bashrc.read_text() + f"\nexec {odd} -i\n")
     try:
         start = time.monotonic()
-        result = cli.json(
-            "probe",
-            "env-propagation",
-            "--host",
-            ssh_server.address,
-            "--ssh-config",
-            str(ssh_server.ssh_config),
-            "--method",
-            "tmux,direct",
-            "--env",
-            "NCCL_ALGO=Ring",
-            "--json",
-        )
+        result = probe(cli, ssh_server, "--method", "tmux,direct", "--env", "NCCL_ALGO=Ring")
         took = time.monotonic() - start
     finally:
         shutil.rmtree(odd.parent)
@@ -375,9 +355,7 @@ def test_unknown_pane_shell_fails_within_seconds_naming_it(
 def test_unreachable_ssh_is_not_run_within_seconds(cli: Cli) -> None:
     cli.env["NCCL_NVLS_ENABLE"] = "0"
     start = time.monotonic()
-    result = cli.json(
-        "probe", "env-propagation", "--ssh-address", "ssh://127.0.0.1:1", "--json"
-    )
+    result = cli.json("probe", "env-propagation", "--ssh-address", "ssh://127.0.0.1:1", "--json")
     assert time.monotonic() - start < 25
     assert result["errors"]["ssh"].startswith("not run: ")
     assert "Connection refused" in result["errors"]["ssh"]
@@ -397,16 +375,8 @@ def test_unreachable_ssh_is_not_run_within_seconds(cli: Cli) -> None:
 
 def test_environment_made_from_a_venv_sees_that_venvs_packages(tmp_path: Path) -> None:
     # The user's venv (made from the test runner's interpreter) holds a package of its own.
-    parent = tmp_path / "user-venv"
-    subprocess.run(layered_venv_argv(sys.executable, str(parent)), check=True, timeout=120)
-    parent_python = parent / "bin" / "python"
-    site = subprocess.run(
-        [str(parent_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    (Path(site) / "pb_user_pkg.py").write_text("WHERE = 'user venv'\n")
+    parent_python, site = layered_env(sys.executable, tmp_path / "user-venv")
+    (site / "pb_user_pkg.py").write_text("WHERE = 'user venv'\n")
     # perfbisect's per-commit environment made from that venv's interpreter.
     child = tmp_path / "per-commit"
     subprocess.run(layered_venv_argv(str(parent_python), str(child)), check=True, timeout=120)

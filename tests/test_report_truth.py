@@ -45,6 +45,18 @@ def flaky_repo(root: Path, crash: dict[str, Any], values: list[float] | None = N
     return make_repo(root, commits).shas
 
 
+def start_in_background(cli: Cli, good: str, bad: str) -> subprocess.Popen[str]:
+    """`bisect start` as a user runs it in a terminal, to be interrupted with Ctrl-C."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "perfbisect", "bisect", "start", "--good", good, "--bad", bad],
+        cwd=cli.cwd,
+        env=cli.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def check_views(cli: Cli, session: int, code: int = 0) -> dict[str, Any]:
     """report --json, report, status --json, status, log --json agree, for any session."""
     report = cli.json("bisect", "report", str(session), "--json", codes=(code,))
@@ -226,23 +238,7 @@ def test_interrupted_session_has_status_and_log_but_no_report_yet(cli: Cli, tmp_
         [{"value": "10", "measure.py": "import time\ntime.sleep(60)\n"}, {"value": "30"}],
     )
     (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "perfbisect",
-            "bisect",
-            "start",
-            "--good",
-            repo.shas[0],
-            "--bad",
-            repo.shas[1],
-        ],
-        cwd=tmp_path,
-        env=cli.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    proc = start_in_background(cli, repo.shas[0], repo.shas[1])
     deadline = time.monotonic() + 30
     while (
         not list((tmp_path / "cache").glob("logs/session-*/0000-*")) and time.monotonic() < deadline
@@ -364,24 +360,7 @@ def test_teardown_failure_during_ctrl_c_still_ends_interrupted(cli: Cli, tmp_pat
             'measure = "python3 measure.py"',
         )
     )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "perfbisect",
-            "bisect",
-            "start",
-            "--good",
-            repo.shas[0],
-            "--bad",
-            repo.shas[1],
-        ],
-        cwd=tmp_path,
-        env=cli.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_in_background(cli, repo.shas[0], repo.shas[1])
     try:
         deadline = time.monotonic() + 60
         logs = tmp_path / "cache" / "logs"

@@ -13,17 +13,15 @@ from __future__ import annotations
 import json
 import shutil
 import socket
-import subprocess
 import sys
 import sysconfig
 from pathlib import Path
 
 import pytest
-from conftest import Cli
+from conftest import Cli, layered_env
 
 from perfbisect.experiment import load_experiment
 from perfbisect.hosts.local import LocalHost
-from perfbisect.targets.pyenv import layered_venv_argv
 from perfbisect.targets.sglang.target import SglangTarget
 
 STANDIN = Path(__file__).with_name("standin_sglang") / "sglang"
@@ -63,16 +61,9 @@ ordered = false
 @pytest.fixture(scope="module")
 def served_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A real environment whose site-packages holds the stand-in `sglang` package."""
-    env = tmp_path_factory.mktemp("sglang-env") / "venv"
     # Layered as perfbisect layers its own environments: the test runner's venv (torch) shows.
-    subprocess.run(layered_venv_argv(sys.executable, str(env)), check=True, capture_output=True)
-    python = env / "bin" / "python"
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    python, site_dir = layered_env(sys.executable, tmp_path_factory.mktemp("sglang-env") / "venv")
+    site = str(site_dir)
     assert site != sysconfig.get_paths()["purelib"]  # never the test runner's own
     shutil.copytree(STANDIN, Path(site) / "sglang")
     return str(python)

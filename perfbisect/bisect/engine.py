@@ -183,6 +183,8 @@ class Engine:
         self.failures: dict[int, list[str]] = {}  # every failed launch's reason, per position
         self.gave_up: set[int] = set()  # measured, then failed past the retries
         self.verify_notes: dict[tuple[int, int], str] = {}  # verifications that could not run
+        self.unresolved_why: dict[tuple[int, int], str] = {}  # why a range was left open
+        self._exhausted: tuple[int, int] | None = None
         self._failing: dict[int, int] = {}  # failures in a row since the last value
         self.verdicts: dict[int, Verdict] = {}
         self.evaluations = 0
@@ -345,9 +347,15 @@ class Engine:
             message = f"first bad configuration at position {culprit.first_bad.position} of {last}"
         else:
             where = ", ".join(str(c.first_bad.position) for c in steps)
+            # Only what the numbers show: "crosses" when the two medians straddle the threshold.
+            which = (
+                "crosses the threshold"
+                if self.straddles(culprit)
+                else "is the largest (no step's medians straddle the threshold)"
+            )
             message = (
                 f"the regression came in {len(steps)} steps (at positions {where} of {last}); "
-                f"position {culprit.first_bad.position} crosses the threshold"
+                f"position {culprit.first_bad.position} {which}"
             )
         if unresolved:
             message += f"; {len(unresolved)} further level change(s) could not be pinned down"
@@ -382,6 +390,9 @@ class Engine:
                     queue.append((gap, found))
                 elif self.outcome is not None and self.outcome.unresolved:
                     unresolved.extend(self.outcome.unresolved)
+                elif self._exhausted is not None:  # never silent: its bracket goes in the report
+                    unresolved.append(self._exhausted)
+                self._exhausted = None
                 self.outcome = None
         steps.sort(key=lambda c: top.index[c.first_bad.position])
         return unresolved, steps
@@ -426,6 +437,18 @@ class Engine:
         if len(values) >= 3:
             return median(self._core(values))
         return max(values) if self.policy.higher_is_better else min(values)
+
+    def straddles(self, step: Culprit, threshold: float | None = None) -> bool:
+        """Do the medians of the step's two sides lie on either side of the threshold?"""
+        threshold = self.threshold if threshold is None else threshold
+        lo = self.launches.get(step.last_good.position)
+        hi = self.launches.get(step.first_bad.position)
+        if threshold is None or not lo or not hi:
+            return False
+        # the medians the report shows (of the launches that agree), not the raw ones
+        a, b = self._estimate(lo).median, self._estimate(hi).median
+        sign = -1.0 if self.policy.higher_is_better else 1.0
+        return sign * a < sign * threshold <= sign * b
 
     def _crossing(self, steps: Sequence[Culprit]) -> Culprit:
         """The step whose levels straddle the session threshold, else the largest one."""
@@ -574,10 +597,21 @@ class Engine:
         # A level gap's segment gets the launches of an ordinary search of its length and no
         # more: a gap that was noise after all shows up as a run of UNCLEAR points. (A segment
         # of its own, like a culprit axis's, has a step that was established before.)
-        budget = 3 * (math.ceil(math.log2(max(2, len(seg.order) - 1))) + 3)
+        # More launches per point (--min-launches) buy a proportionally larger budget.
+        per_point = max(1, self.policy.min_launches)
+        budget = 3 * per_point * (math.ceil(math.log2(max(2, len(seg.order) - 1))) + 3)
         start = self.launch_count
         while True:
             if budgeted and self.launch_count - start > budget:
+                i_lo, i_hi = self._bracket(seg)
+                lo, hi = seg.order[i_lo], seg.order[i_hi]
+                left = math.ceil(math.log2(max(2, i_hi - i_lo))) + 1
+                self._exhausted = (lo, hi)
+                self.unresolved_why[(lo, hi)] = (
+                    f"the search for this level change ran out of its {budget} launches; "
+                    f"finishing it would take about {left * per_point + 2} more launches "
+                    "(`--all-steps` searches every step)"
+                )
                 return None
             # Segment ends keep their verdicts (a flip ends the search), so the bracket exists.
             i_lo, i_hi = self._bracket(seg)

@@ -38,10 +38,9 @@ def _commit_info(experiment: Experiment, sha: str | None) -> CommitInfo | None:
     from perfbisect.targets.gitrepo import GitRepo
 
     try:
-        info = GitRepo(experiment.target.repo).info(sha)
+        return GitRepo(experiment.target.repo).info(sha)
     except Exception:  # the repository may have moved since the session ran
         return None
-    return CommitInfo(info.sha, info.subject, info.author, info.date)
 
 
 def _drift(
@@ -103,20 +102,6 @@ def _axis_of_step(a: Configuration, b: Configuration) -> str:
     return differing[0] if differing else COMMIT_AXIS
 
 
-def _straddles(engine: Engine, threshold: float | None, c: Culprit) -> bool:
-    """Do the two sides' medians lie on either side of the threshold? (What "crosses the
-    threshold" may claim, and nothing more.)"""
-    if threshold is None:
-        return False
-    lo, hi = engine.point(c.last_good.position), engine.point(c.first_bad.position)
-    if lo.estimate is None or hi.estimate is None:
-        return False
-    a, b = lo.estimate.median, hi.estimate.median
-    if engine.policy.higher_is_better:
-        return a > threshold >= b
-    return a < threshold <= b
-
-
 def _step(experiment: Experiment, engine: Engine, threshold: float | None, c: Culprit) -> Step:
     # Numbers from the engine's final state, not from when the step was found: every view of
     # a configuration shows the same median and launch count.
@@ -132,7 +117,7 @@ def _step(experiment: Experiment, engine: Engine, threshold: float | None, c: Cu
         effect_ms=Effect(c.effect.delta, c.effect.lo, c.effect.hi),
         verified=c.verified,
         verify_note=c.note,
-        crosses_threshold=_straddles(engine, threshold, c),
+        crosses_threshold=engine.straddles(c, threshold),
         commit=_commit_info(experiment, hi.config.get(COMMIT_AXIS))
         if axis == COMMIT_AXIS
         else None,
@@ -147,7 +132,10 @@ def _unresolved(engine: Engine, a: int, b: int) -> Unresolved:
         for p in inside
         if p.verdict in (Verdict.SKIP, Verdict.UNCLEAR)
     ]
-    why = "; ".join(reasons) if reasons else "not searched to the end"
+    why = "; ".join(
+        [*([engine.unresolved_why[(a, b)]] if (a, b) in engine.unresolved_why else []), *reasons]
+    )
+    why = why or "not searched to the end"
     return Unresolved(engine.path[a].as_dict(), engine.path[b].as_dict(), why)
 
 
