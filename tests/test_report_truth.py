@@ -425,3 +425,33 @@ def test_version_and_short_help(cli: Cli) -> None:
     assert version.returncode == 0 and version.stdout.startswith("perfbisect ")
     short = cli.run("bisect", "-h")
     assert short.returncode == 0 and "start" in short.stdout
+
+
+def test_a_level_on_the_threshold_is_pointed_out(cli: Cli, tmp_path: Path) -> None:
+    # 10 -> 17.3 -> 30: the middle level sits on the derived threshold (sqrt(10 * 30) = 17.3).
+    repo = value_repo(tmp_path / "repo", [10.0] * 4 + [17.3] * 4 + [30.0] * 4)
+    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
+    result = cli.run("bisect", "start", "--good", repo.shas[0], "--bad", repo.shas[-1], "--json")
+    report = json.loads(result.stdout)
+    lo, hi = report["threshold_interval"]
+    assert lo <= report["threshold_ms"] <= hi
+    assert "launch(es) of the good" in report["threshold_basis"]
+    warnings = [w for w in report["warnings"] if "sits on the threshold" in w]
+    assert warnings, report
+    assert "--threshold-ms" in warnings[0] and "--all-steps" in warnings[0]
+    text = cli.run("bisect", "report")
+    assert "warning: position" in text.stdout
+    # With the threshold given, the question has one answer and no warning is needed.
+    given = cli.json(
+        "bisect",
+        "start",
+        "--good",
+        repo.shas[0],
+        "--bad",
+        repo.shas[-1],
+        "--threshold-ms",
+        "24",
+        "--json",
+    )
+    assert given["culprit"]["first_bad"] == {"commit": repo.shas[8]}
+    assert given["threshold_basis"].startswith("given") and given["threshold_interval"] is None

@@ -121,6 +121,14 @@ class Outcome:
     # Every step found, in path order; more than one when the regression came in stages
     # (19 -> 23 -> 29 ms). ``culprit`` is the one that crosses the threshold.
     steps: tuple[Culprit, ...] = ()
+    # A derived threshold's interval (from the endpoints' intervals); None when it was given.
+    threshold_interval: tuple[float, float] | None = None
+
+
+# A derived threshold must be known to within this fraction of the endpoints' gap: otherwise
+# the endpoints get more interleaved launches (a noisy good endpoint's single launch once moved
+# the threshold between 50.5 and 57.3 ms from run to run).
+THRESHOLD_TIGHTNESS = 0.5
 
 
 def midpoint(good: float, bad: float) -> float:
@@ -295,6 +303,7 @@ class Engine:
             len(self.verdicts),
             self.launch_count,
             steps if steps is not None else ((culprit,) if culprit else ()),
+            None if self.fixed_threshold else self.threshold_interval(),
         )
 
     def _request(self, positions: Sequence[int], purpose: Purpose) -> _Batch:
@@ -463,6 +472,21 @@ class Engine:
         pool = straddling or list(steps)
         return max(pool, key=lambda c: level(c.first_bad) - level(c.last_good))
 
+    def threshold_interval(self) -> tuple[float, float] | None:
+        """Where the derived threshold could lie, given the endpoints' intervals."""
+        g, b = self.launches.get(0), self.launches.get(len(self.path) - 1)
+        if not g or not b:
+            return None
+        eg, eb = self._estimate(g), self._estimate(b)
+        ends = sorted((midpoint(eg.lo, eb.lo), midpoint(eg.hi, eb.hi)))
+        return ends[0], ends[1]
+
+    def _threshold_tight(self) -> bool:
+        interval = self.threshold_interval()
+        g, b = self.launches[0], self.launches[len(self.path) - 1]
+        gap = abs(self._estimate(b).median - self._estimate(g).median)
+        return interval is not None and interval[1] - interval[0] <= THRESHOLD_TIGHTNESS * gap
+
     def _worse_by(self, good: Sequence[float], bad: Sequence[float]) -> Difference:
         """How much worse bad is than good, positive = worse, in the metric's unit."""
         diff = difference(self._core(good), self._core(bad), self.rel_sd(), self.policy.noise.z)
@@ -507,6 +531,7 @@ class Engine:
                     self.threshold = midpoint(median(g), median(b))
                     settled = self._decide(good) is not None and self._decide(bad) is not None
                     self.threshold = None
+                    settled = settled and self._threshold_tight()
                 else:
                     settled = worse.hi < 0 and n >= self.policy.endpoint_confirm_launches
             if settled or n >= self.policy.max_launches or {good, bad} & self.gave_up:

@@ -178,6 +178,14 @@ def build_report(
         )
         for p in engine.evaluated_points()
     )
+    last_position = len(engine.path) - 1
+    if engine.fixed_threshold:
+        basis = "given (--threshold-ms)"
+    else:
+        basis = (
+            f"the endpoints' geometric midpoint, from {len(engine.launches.get(0, []))} launch(es) "
+            f"of the good and {len(engine.launches.get(last_position, []))} of the bad endpoint"
+        )
     return Report(
         session=session_id,
         status=ReportStatus(outcome.status.value),
@@ -198,4 +206,39 @@ def build_report(
         unresolved=tuple(_unresolved(engine, a, b) for a, b in outcome.unresolved),
         drift=drift,
         log_dir=log_dir,
+        threshold_interval=outcome.threshold_interval,
+        threshold_basis=basis if threshold is not None else "",
+        warnings=tuple(_overlap_warnings(path, steps, threshold)),
     )
+
+
+def _overlap_warnings(
+    path: tuple[PathPoint, ...], steps: tuple[Step, ...], threshold: float | None
+) -> list[str]:
+    """A level between the endpoints that sits on the threshold makes "which step crosses it"
+    a coin toss: say so, name the steps on each side, and what to do about it."""
+    if threshold is None:
+        return []
+    out = []
+    for p in path:
+        if p.ms is None or p.verdict not in (Verdict.UNCLEAR, Verdict.INTERMEDIATE):
+            continue
+        if not p.ms.lo <= threshold <= p.ms.hi:
+            continue
+        before = [s for s in steps if s.position <= p.position]
+        after = [s for s in steps if s.position > p.position]
+        sides = ", ".join(
+            f"{side} the step at position {s.position}"
+            for side, s in (
+                ("after", before[-1] if before else None),
+                ("before", after[0] if after else None),
+            )
+            if s is not None
+        )
+        out.append(
+            f"position {p.position} ({p.verdict.value}, {p.ms.median:.4g} [{p.ms.lo:.4g}, "
+            f"{p.ms.hi:.4g}]) sits on the threshold {threshold:.4g}: a level between the "
+            f"endpoints overlaps it{' (' + sides + ')' if sides else ''}; pass --threshold-ms "
+            "to say which crossing you mean, or --all-steps to map every level change"
+        )
+    return out

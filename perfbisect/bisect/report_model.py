@@ -222,6 +222,9 @@ class Report:
     unresolved: tuple[Unresolved, ...] = ()
     drift: tuple[dict[str, Any], ...] = ()
     log_dir: str | None = None
+    threshold_interval: tuple[float, float] | None = None  # for a derived threshold
+    threshold_basis: str = ""  # "given", or how many launches of each endpoint it rests on
+    warnings: tuple[str, ...] = ()  # what a reader must know to trust the answer
     report_version: int = REPORT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)  # fields of a newer version, kept
 
@@ -257,6 +260,11 @@ class Report:
             "path": [p.to_json() for p in self.path],
             "drift": list(self.drift),
             "log_dir": self.log_dir,
+            "threshold_interval": list(self.threshold_interval)
+            if self.threshold_interval
+            else None,
+            "threshold_basis": self.threshold_basis,
+            "warnings": list(self.warnings),
             **self.extra,
         }
 
@@ -284,6 +292,13 @@ class Report:
             unresolved=tuple(Unresolved.from_json(u) for u in data.get("unresolved", [])),
             drift=tuple(data.get("drift", [])),
             log_dir=data.get("log_dir"),
+            threshold_interval=(
+                (float(data["threshold_interval"][0]), float(data["threshold_interval"][1]))
+                if data.get("threshold_interval")
+                else None
+            ),
+            threshold_basis=str(data.get("threshold_basis", "")),
+            warnings=tuple(data.get("warnings", [])),
             report_version=int(data.get("report_version", 1)),
             extra={k: v for k, v in data.items() if k not in known},
         )

@@ -66,10 +66,18 @@ def render_report(report: Report, out: Console | None = None) -> None:
     )
     if report.threshold_ms is not None:
         direction = "higher" if report.higher_is_better else "lower"
-        out.print(
-            f"threshold: {num(report.threshold_ms)} {escape(unit)} ({direction} is better); "
-            f"noise: {report.noise_rel_sd:.1%} launch-to-launch"
+        within = (
+            f" [{num(report.threshold_interval[0])}, {num(report.threshold_interval[1])}]"
+            if report.threshold_interval
+            else ""
         )
+        out.print(
+            f"threshold: {num(report.threshold_ms)}{within} {escape(unit)} ({direction} is "
+            f"better; {escape(report.threshold_basis)}); noise: {report.noise_rel_sd:.1%} "
+            "launch-to-launch"
+        )
+    for warning in report.warnings:
+        out.print(f"[yellow]warning:[/] {escape(warning)}")
     table = _table(
         "pos",
         "configuration",
