@@ -37,3 +37,10 @@ def stage_times(timings: Mapping[str, Any]) -> str:
         if k.endswith("_s") and isinstance(v, (int, float))
     ]
     return ", ".join(parts) or "-"
+
+
+def clock(seconds: float) -> str:
+    """``1:02:03`` / ``2:03`` for elapsed and estimated times."""
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

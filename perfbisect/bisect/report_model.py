@@ -225,6 +225,7 @@ class Report:
     threshold_interval: tuple[float, float] | None = None  # for a derived threshold
     threshold_basis: str = ""  # "given", or how many launches of each endpoint it rests on
     warnings: tuple[str, ...] = ()  # what a reader must know to trust the answer
+    time_spent_s: float = 0.0  # the launches' stage times, summed: the time to this answer
     report_version: int = REPORT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)  # fields of a newer version, kept
 
@@ -265,6 +266,7 @@ class Report:
             else None,
             "threshold_basis": self.threshold_basis,
             "warnings": list(self.warnings),
+            "time_spent_s": self.time_spent_s,
             **self.extra,
         }
 
@@ -299,6 +301,7 @@ class Report:
             ),
             threshold_basis=str(data.get("threshold_basis", "")),
             warnings=tuple(data.get("warnings", [])),
+            time_spent_s=float(data.get("time_spent_s", 0.0)),
             report_version=int(data.get("report_version", 1)),
             extra={k: v for k, v in data.items() if k not in known},
         )

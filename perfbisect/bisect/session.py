@@ -256,6 +256,20 @@ def _measure(
     return LaunchResult(value)
 
 
+def stage_seconds(launches: list[LaunchView]) -> float:
+    """What the session's launches cost: the sum of their stage times (build, ready, measure,
+    teardown), across resumes."""
+    return round(
+        sum(
+            float(v)
+            for launch in launches
+            for k, v in (launch.timings or {}).items()
+            if k.endswith("_s") and isinstance(v, (int, float))
+        ),
+        1,
+    )
+
+
 def _close(target: Target | None) -> None:
     if target is not None:
         target.close()
@@ -348,6 +362,7 @@ def _drive(
     outcome = engine.outcome
     assert outcome is not None
     report = build_report(store, session_id, experiment, engine, outcome, str(log_root))
+    report = replace(report, time_spent_s=stage_seconds(session_launches(store, session_id)))
     records.set_session_status(
         store,
         session_id,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from perfbisect.bisect.report_model import Report
+from perfbisect.bisect.session import expected_steps, stage_seconds
 from perfbisect.store.database import Store
 from perfbisect.store.history import find_session, session_launches, session_steps
 
@@ -24,11 +25,14 @@ def session_status(store: Store, ref: str | None) -> dict[str, Any]:
     for s in steps:
         latest[s.fingerprint] = s
     report = Report.from_json(row.result) if row.result else None
-    seconds = sum(
-        float(v)
-        for launch in launches
-        for k, v in (launch.timings or {}).items()
-        if k.endswith("_s") and isinstance(v, (int, float))
+    seconds = stage_seconds(launches)
+    measured = [v for v in launches if v.timings]
+    per_launch = seconds / len(measured) if measured else None
+    expected = expected_steps(len(row.path)) if not row.params.get("plans") else None
+    left = (
+        max(0, expected - len(latest)) * per_launch
+        if row.status == "running" and expected is not None and per_launch is not None
+        else None
     )
     return {
         "session": row.id,
@@ -43,6 +47,10 @@ def session_status(store: Store, ref: str | None) -> dict[str, Any]:
         "launches": len(launches),
         "failed_launches": sum(1 for v in launches if v.value is None),
         "stage_seconds": round(seconds, 1),
+        "seconds_per_launch": round(per_launch, 1) if per_launch is not None else None,
+        # a rough estimate for a running single-axis session: configurations still expected
+        # to be judged x the mean launch so far
+        "estimate_left_s": round(left) if left is not None else None,
         "threshold_ms": report.threshold_ms if report else row.params.get("threshold"),
         "culprit": report.culprit.to_json() if report and report.culprit else None,
         "message": report.message if report else None,

@@ -116,7 +116,7 @@ def status(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JS
     """Where a session stands: whose it is, its status, launches and time, each verdict."""
     from perfbisect.bisect.status import session_status
     from perfbisect.cli.render import console, render_rows
-    from perfbisect.formatting import cfg, num
+    from perfbisect.formatting import cfg, clock, num
 
     data = session_status(ctx_store(ctx), session)
     if as_json:
@@ -130,7 +130,8 @@ def status(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JS
         f"session {data['session']}{escape(name)}: {data['status']}{outcome}; started "
         f"{data['created_at'][:19]} by pid {owner['pid']} on {escape(str(owner['host']))}; "
         f"{data['launches']} launches ({data['failed_launches']} failed), "
-        f"{data['stage_seconds']:.0f}s in stages",
+        f"{clock(data['stage_seconds'])} in stages"
+        + (f", about {clock(data['estimate_left_s'])} left" if data["estimate_left_s"] else ""),
         soft_wrap=True,
     )
     if data["message"]:

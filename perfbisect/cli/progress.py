@@ -18,7 +18,7 @@ from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElaps
 
 from perfbisect.cli.render import VERDICT_STYLE, console
 from perfbisect.errors import lead_with_error
-from perfbisect.formatting import num
+from perfbisect.formatting import clock, num
 
 
 class ConsoleProgress:
@@ -78,10 +78,12 @@ class ConsoleProgress:
         est = point.estimate
         value = f"{num(est.median)} [{num(est.lo)}, {num(est.hi)}]" if est else "-"
         elapsed = time.monotonic() - self.started_at
+        left = (total - len(self.judged)) * elapsed / max(len(self.judged), 1)
+        eta = f", about {clock(left)} left" if left >= 1 else ""
         self.console.print(
             f"\\[{len(self.judged)}/~{total}] {escape(point.config.label())}: "
             f"[{style}]{point.verdict.value.upper()}[/] {value}  "
-            f"[dim]({self.launches} launches, {_clock(elapsed)})[/]"
+            f"[dim]({self.launches} launches, {clock(elapsed)}{eta})[/]"
         )
 
     def close(self) -> None:
@@ -101,9 +103,3 @@ class ConsoleProgress:
             self._live.remove_task(self._task)
             self._task = None
         self.console.print(f"  [dim]{what} {time.monotonic() - t0:.1f}s[/]")
-
-
-def _clock(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from perfbisect.bisect.report_model import Report, Step
-from perfbisect.formatting import cfg, interval, num
+from perfbisect.formatting import cfg, clock, interval, num
 
 STATUS_STYLE = {
     "found": "bold green",
@@ -168,7 +168,8 @@ def render_report(report: Report, out: Console | None = None) -> None:
             )
     failed = f" ({report.failed_launches} failed)" if report.failed_launches else ""
     out.print(
-        f"evaluations: {report.evaluations} configurations, launches: {report.launches}{failed}"
+        f"evaluations: {report.evaluations} configurations, launches: {report.launches}{failed}; "
+        f"time to this answer: {clock(report.time_spent_s)} in launch stages"
     )
     if report.log_dir:
         out.print(f"logs: {escape(report.log_dir)}", soft_wrap=True)

@@ -378,7 +378,9 @@ class CommandTarget:
         finally:
             if server is not None:
                 notes.extend(server.notes)
+                t_down = time.monotonic()
                 self._teardown_after(server, logs, port, gpu_before, in_flight)
+                timings["teardown_s"] = time.monotonic() - t_down
         snapshot.update(
             {
                 "address": self.host.address,
