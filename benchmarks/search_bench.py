@@ -24,7 +24,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from perfbisect.bisect.engine import Engine, LaunchResult, Policy, Status
 from perfbisect.config import Configuration
@@ -43,16 +43,32 @@ class World:
     shift_sd: float = 0.04
     outlier_p: float = 0.03
     steps: tuple[int, ...] = ()  # every level change; defaults to (culprit,)
+    threshold: float | None = None  # given by the user (--threshold-ms); None: derived
+    outlier_range: tuple[float, float] = (1.5, 2.0)
+    drift_after: int | None = None  # from this launch on the machine is `drift` slower
+    drift: float = 1.0
+    burst_p: float = 0.0  # chance that a burst of a shared machine starts at a launch
+    burst: tuple[float, float] = (1.5, 2.0)
+    launches: list[int] = field(default_factory=lambda: [0])  # launches so far (mutable)
+    burst_left: list[int] = field(default_factory=lambda: [0])
 
     def all_steps(self) -> tuple[int, ...]:
         return self.steps or (self.culprit,)
 
     def launch(self, position: int) -> float | None:
+        self.launches[0] += 1
         if position in self.unbuildable:
             return None
         shift = self.rng.gauss(1.0, self.shift_sd)
         if self.rng.random() < self.outlier_p:
-            shift *= self.rng.uniform(1.5, 2.0)
+            shift *= self.rng.uniform(*self.outlier_range)
+        if self.drift_after is not None and self.launches[0] > self.drift_after:
+            shift *= self.drift
+        if self.burst_p and self.burst_left[0] == 0 and self.rng.random() < self.burst_p:
+            self.burst_left[0] = self.rng.randint(2, 4)  # a few launches in a row
+        if self.burst_left[0] > 0:
+            self.burst_left[0] -= 1
+            shift *= self.rng.uniform(*self.burst)
         level = self.levels[position] * shift
         cycles = sorted(self.rng.gauss(level, 1.0) for _ in range(40))
         return (cycles[19] + cycles[20]) / 2
@@ -89,17 +105,100 @@ def two_step(
     return World(levels, frozenset(), second, rng, shift_sd, outlier_p, (first, second))
 
 
+GIVEN_THRESHOLD = math.sqrt(GOOD_MS * BAD_MS)  # what a user who knows 18 / 29 would pass
+
+
+def given_threshold_slow_outliers(
+    n: int, rng: random.Random, shift_sd: float, outlier_p: float, build_failures: bool
+) -> World:
+    """The case's noise with a given threshold, and outliers from 1.3x (not only 1.5-2x)."""
+    world = single_step(n, rng, shift_sd, outlier_p, build_failures)
+    return replace(world, threshold=GIVEN_THRESHOLD, outlier_range=(1.3, 2.0))
+
+
+def plateau_below_threshold(
+    n: int, rng: random.Random, shift_sd: float, outlier_p: float, build_failures: bool
+) -> World:
+    """18 -> 22.2 -> 29 ms with --threshold-ms 23: a plateau 3.5% below the threshold before
+    the crossing; the crossing (22.2 -> 29) is what the user asked for."""
+    first = rng.randint(1, n - 1)
+    second = rng.randint(first + 1, n)
+    levels = [GOOD_MS if i < first else 22.2 if i < second else BAD_MS for i in range(n + 1)]
+    return World(
+        levels,
+        frozenset(),
+        second,
+        rng,
+        shift_sd,
+        outlier_p,
+        (first, second),
+        threshold=23.0,
+        outlier_range=(1.3, 2.0),
+    )
+
+
+def drifting_machine(
+    n: int, rng: random.Random, shift_sd: float, outlier_p: float, build_failures: bool
+) -> World:
+    """A single step on a machine that gets 4% slower partway through the search."""
+    world = single_step(n, rng, shift_sd, outlier_p, build_failures)
+    return replace(world, drift_after=rng.randint(4, 10), drift=1.04, outlier_range=(1.3, 2.0))
+
+
+def real_history(
+    n: int, rng: random.Random, shift_sd: float, outlier_p: float, build_failures: bool
+) -> World:
+    """Modelled on a real import-time regression's history (366 first-parent commits): two real
+    steps (+15%, +26%), about +8% of creep over ~300 commits in small increments, one commit that
+    cannot run, and a shared machine's bursts of +50-100% over a few launches in a row. The
+    crossing of the derived threshold is the +26% step (worlds where creep crosses first are
+    redrawn)."""
+    n = 366
+    while True:
+        a = rng.randint(20, 200)
+        b = rng.randint(a + 20, 340)
+        levels = []
+        level = 50.0
+        creepers = set(rng.sample(range(1, n + 1), 40))
+        for i in range(n + 1):
+            if i == a:
+                level *= 1.15
+            if i == b:
+                level *= 1.26
+            if i in creepers:
+                level *= 1.002
+            levels.append(level)
+        threshold = math.sqrt(levels[0] * levels[-1])
+        crossing = next(i for i, v in enumerate(levels) if v >= threshold)
+        if crossing == b and levels[b - 1] < threshold * 0.95:
+            break
+    broken = frozenset({rng.choice([p for p in range(1, n) if p not in (a, b, b - 1)])})
+    return World(
+        levels,
+        broken,
+        b,
+        rng,
+        shift_sd,
+        outlier_p,
+        (a, b),
+        outlier_range=(1.3, 2.0),
+        burst_p=0.03,
+    )
+
+
 @dataclass(frozen=True)
 class Result:
     correct: bool
     evaluations: int
     launches: int
     all_steps: bool = False  # every level change named (only perfbisect reports several)
+    phantom: bool = False  # a step was claimed where the level does not change
 
 
 def run_perfbisect(world: World, n: int, policy: Policy) -> Result:
+    n = len(world.levels) - 1
     path = [Configuration.of({"commit": str(i)}) for i in range(n + 1)]
-    engine = Engine(path, policy)
+    engine = Engine(path, policy, world.threshold)
     while batch := engine.next_batch():
         results = []
         for request in batch:
@@ -117,16 +216,19 @@ def run_perfbisect(world: World, n: int, policy: Policy) -> Result:
     )
     unresolved = outcome.unresolved[0] if outcome.unresolved else None
     named = tuple(c.first_bad.position for c in outcome.steps)
+    real = set(world.all_steps())
     return Result(
         world.acceptable(found, unresolved),
         len(engine.verdicts),
         outcome.launches,
         named == world.all_steps(),
+        any(p not in real for p in named),
     )
 
 
 def run_plain(world: World, n: int, repeats: int) -> Result:
     """`git bisect run` with a threshold script (repeats=1), or a fixed number of repeats."""
+    n = len(world.levels) - 1
     launches = 0
     evaluated: set[int] = set()
 
@@ -145,7 +247,7 @@ def run_plain(world: World, n: int, repeats: int) -> Result:
     good_v, bad_v = value(0), value(n)
     if good_v is None or bad_v is None:
         return Result(False, len(evaluated), launches)
-    threshold = (good_v + bad_v) / 2
+    threshold = world.threshold or (good_v + bad_v) / 2
     lo, hi = 0, n
     skipped: set[int] = set()
     while True:
@@ -163,7 +265,13 @@ def run_plain(world: World, n: int, repeats: int) -> Result:
             lo = pick
     if hi - lo == 1:
         ok = world.acceptable(hi, None)
-        return Result(ok, len(evaluated), launches, ok and world.all_steps() == (hi,))
+        return Result(
+            ok,
+            len(evaluated),
+            launches,
+            ok and world.all_steps() == (hi,),
+            hi not in world.all_steps(),
+        )
     return Result(world.acceptable(None, (lo, hi)), len(evaluated), launches)
 
 
@@ -173,12 +281,35 @@ SCENARIOS: list[tuple[str, Scenario, float, float, bool]] = [
     ("single step, shift 4%, outliers 3%", single_step, 0.04, 0.03, False),
     ("single step, shift 8% (harsher), outliers 3%", single_step, 0.08, 0.03, False),
     ("two steps 19 -> 23 -> 29, shift 4%", two_step, 0.04, 0.03, False),
+    (
+        "single step, given threshold, outliers 1.3-2x",
+        given_threshold_slow_outliers,
+        0.04,
+        0.03,
+        False,
+    ),
+    (
+        "plateau 3.5% below a given threshold, then the crossing",
+        plateau_below_threshold,
+        0.04,
+        0.03,
+        False,
+    ),
+    ("machine drifts 4% slower partway, outliers 1.3-2x", drifting_machine, 0.04, 0.03, False),
+    (
+        "real history: 2 steps, creep, bursts, 1 commit cannot run (N=366)",
+        real_history,
+        0.04,
+        0.03,
+        False,
+    ),
 ]
 
 
 def strategies() -> list[tuple[str, Callable[[World, int], Result]]]:
     return [
         ("perfbisect", lambda w, n: run_perfbisect(w, n, Policy())),
+        ("perfbisect --all-steps", lambda w, n: run_perfbisect(w, n, Policy(all_steps=True))),
         (
             "perfbisect, 2 launches per endpoint",
             lambda w, n: run_perfbisect(w, n, Policy(good_endpoint_launches=2)),
@@ -194,11 +325,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=1024, help="commits between good and bad")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--only", default="", help="scenarios whose name contains this")
+    parser.add_argument("--perfbisect-only", action="store_true", help="skip the baselines")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     rows = []
     for scenario, make, shift, outliers, failures in SCENARIOS:
+        if args.only not in scenario:
+            continue
         for name, strategy in strategies():
+            if args.perfbisect_only and not name.startswith("perfbisect"):
+                continue
             results = []
             for trial in range(args.trials):
                 rng = random.Random(args.seed * 1_000_003 + trial)
@@ -207,13 +344,15 @@ def main(argv: list[str] | None = None) -> int:
             evals = statistics.fmean(r.evaluations for r in results)
             launches = statistics.fmean(r.launches for r in results)
             every = sum(r.all_steps for r in results) / len(results)
-            rows.append((scenario, name, accuracy, every, evals, launches, launches / evals))
+            clean = sum(not r.phantom for r in results) / len(results)
+            rows.append((scenario, name, accuracy, every, clean, evals, launches, launches / evals))
     budget = math.log2(args.n) + 4
     header = (
         "scenario",
         "strategy",
         "accuracy",
         "every step named",
+        "no phantom step",
         "evaluations",
         "launches",
         "launches/eval",
@@ -226,13 +365,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         print("| " + " | ".join(header) + " |")
         print("|" + "---|" * len(header))
-        for s, name, acc, every, ev, la, ratio in rows:
-            print(f"| {s} | {name} | {acc:.1%} | {every:.1%} | {ev:.2f} | {la:.2f} | {ratio:.2f} |")
-    else:
-        for s, name, acc, every, ev, la, ratio in rows:
+        for s, name, acc, every, clean, ev, la, ratio in rows:
             print(
-                f"{s:52s} {name:36s} acc {acc:6.1%}  steps {every:6.1%}  evals {ev:6.2f}  "
-                f"launches {la:6.2f}  per eval {ratio:4.2f}"
+                f"| {s} | {name} | {acc:.1%} | {every:.1%} | {clean:.1%} | {ev:.2f} | {la:.2f} "
+                f"| {ratio:.2f} |"
+            )
+    else:
+        for s, name, acc, every, clean, ev, la, ratio in rows:
+            print(
+                f"{s[:56]:56s} {name[:36]:36s} acc {acc:6.1%}  steps {every:6.1%}  "
+                f"clean {clean:6.1%}  evals {ev:6.2f}  launches {la:6.2f}  per eval {ratio:4.2f}"
             )
     print(f"\n({time.perf_counter() - started:.1f} s)", file=sys.stderr)
     return 0

@@ -359,6 +359,11 @@ def session_html(store: Store, ref: str | None) -> str:
             raw=True,
         ),
     ]
+    if report.seen:
+        parts += [
+            "<h2>Seen, not searched</h2>",
+            _table(["from", "to", "what"], [(cfg(u.good), cfg(u.bad), u.why) for u in report.seen]),
+        ]
     if report.unresolved:
         parts += [
             "<h2>Unresolved</h2>",

@@ -134,12 +134,41 @@ def test_database_rows_are_complete(cli: Cli, tmp_path: Path) -> None:
 
 
 def test_two_step_regression_is_reported_as_steps(cli: Cli, tmp_path: Path) -> None:
-    # 19 -> 23 -> 29 over 12 commits: the report names both steps and marks 23 -> 29 (the one
-    # that crosses the 23.5 threshold) as the culprit; the text report lists the steps.
+    # 19 -> 23 -> 29 over 12 commits with --all-steps: the report names both steps and marks
+    # 23 -> 29 (the one that crosses the threshold 24) as the culprit; the text lists the steps.
+    # By default (crossing first) only the crossing is searched; the other step is "seen".
     values = [19.0] * 4 + [23.0] * 4 + [29.0] * 4
     repo = value_repo(tmp_path / "repo", values)
     (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
-    report = cli.json("bisect", "start", "--good", repo.shas[0], "--bad", repo.shas[-1], "--json")
+    first = cli.json(
+        "bisect",
+        "start",
+        "--good",
+        repo.shas[0],
+        "--bad",
+        repo.shas[-1],
+        "--threshold-ms",
+        "26",
+        "--json",
+    )
+    assert first["search"] == "crossing first"
+    assert first["culprit"]["first_bad"]["commit"] == repo.shas[8]
+    assert [s["first_bad"]["commit"] for s in first["steps"]] == [repo.shas[8]]
+    for seen in first["seen_not_searched"]:  # the 19 -> 23 step, from launches already made
+        assert values[repo.shas.index(seen["good"]["commit"])] == 19.0
+        assert values[repo.shas.index(seen["bad"]["commit"])] == 23.0
+    report = cli.json(
+        "bisect",
+        "start",
+        "--good",
+        repo.shas[0],
+        "--bad",
+        repo.shas[-1],
+        "--all-steps",
+        "--json",
+    )
+    assert report["search"] == "all steps"
+    assert report["launches"] > first["launches"]
     assert report["status"] == "found", report["message"]
     assert [s["first_bad"]["commit"] for s in report["steps"]] == [repo.shas[4], repo.shas[8]]
     assert report["culprit"]["first_bad"]["commit"] == repo.shas[8]

@@ -185,7 +185,9 @@ def test_every_kind_of_session_has_status_log_and_report(cli: Cli, tmp_path: Pat
 
     steps = value_repo(tmp_path / "r2", [19.0] * 4 + [23.0] * 4 + [29.0] * 4)
     (tmp_path / "perfbisect.toml").write_text(EXPERIMENT.replace('repo = "repo"', 'repo = "r2"'))
-    s2 = cli.bisect(steps.shas[0], steps.shas[-1])["session"]
+    s2 = cli.json(
+        "bisect", "start", "--good", steps.shas[0], "--bad", steps.shas[-1], "--all-steps", "--json"
+    )["session"]
     r2 = check_views(cli, s2)
     assert len(r2["steps"]) == 2
 

@@ -13,6 +13,7 @@ outlier launch can mislead a single-launch verdict), correct it and keep searchi
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +63,9 @@ class Policy:
     # A launch that fails at a configuration that has measured before is flaky (a server that
     # died once), not a property of the configuration: it is retried this many times in a row.
     launch_retries: int = 2
+    # Crossing first: the search answers which configuration crosses the threshold and reports
+    # the other level changes it saw as "seen, not searched"; True maps every step too.
+    all_steps: bool = False
     noise: NoiseModel = field(default_factory=NoiseModel)
 
     def __post_init__(self) -> None:
@@ -123,6 +127,9 @@ class Outcome:
     steps: tuple[Culprit, ...] = ()
     # A derived threshold's interval (from the endpoints' intervals); None when it was given.
     threshold_interval: tuple[float, float] | None = None
+    # Level changes seen on the way to the crossing but not searched (crossing first): brackets
+    # (a, b) where b is clearly worse than a, from the launches the search already made.
+    seen: tuple[tuple[int, int], ...] = ()
 
 
 # A derived threshold must be known to within this fraction of the endpoints' gap: otherwise
@@ -192,6 +199,9 @@ class Engine:
         self.gave_up: set[int] = set()  # measured, then failed past the retries
         self.verify_notes: dict[tuple[int, int], str] = {}  # verifications that could not run
         self.unresolved_why: dict[tuple[int, int], str] = {}  # why a range was left open
+        self.seen_gaps: list[tuple[int, int]] = []  # level changes seen, not searched
+        self._rel_sd_at = -1
+        self._rel_sd = 0.0
         self._exhausted: tuple[int, int] | None = None
         self._failing: dict[int, int] = {}  # failures in a row since the last value
         self.verdicts: dict[int, Verdict] = {}
@@ -259,7 +269,11 @@ class Engine:
         return [self.point(p) for p in sorted(self.verdicts)]
 
     def rel_sd(self) -> float:
-        return pooled_rel_sd(self.launches.values(), self.policy.noise)
+        # Launch values change only in feed(): one computation per batch, not per question.
+        if self._rel_sd_at != self.launch_count:
+            self._rel_sd = pooled_rel_sd(self.launches.values(), self.policy.noise)
+            self._rel_sd_at = self.launch_count
+        return self._rel_sd
 
     # ---- internals --------------------------------------------------------------------------
 
@@ -293,6 +307,7 @@ class Engine:
         culprit: Culprit | None = None,
         unresolved: tuple[tuple[int, int], ...] = (),
         steps: tuple[Culprit, ...] | None = None,
+        seen: tuple[tuple[int, int], ...] = (),
     ) -> None:
         self.outcome = Outcome(
             status,
@@ -304,6 +319,7 @@ class Engine:
             self.launch_count,
             steps if steps is not None else ((culprit,) if culprit else ()),
             None if self.fixed_threshold else self.threshold_interval(),
+            seen,
         )
 
     def _request(self, positions: Sequence[int], purpose: Purpose) -> _Batch:
@@ -318,9 +334,21 @@ class Engine:
         # A level of its own takes precedence over the side of the threshold it falls on, so
         # that every point of one plateau gets the same verdict. Two launches at least: one
         # launch cannot tell a plateau from a shifted launch.
+        side = classify(self._estimate(values), threshold, self.policy.higher_is_better)
+        crossing_first = not self.policy.all_steps and seg is not None and seg is self._top
+        if crossing_first and side is None:
+            # A point near the threshold shares its level with the other points of its plateau
+            # (levels only change at steps): their launches together decide its side, so each
+            # point of a plateau near the threshold costs a launch or two, not five.
+            assert seg is not None
+            pooled = self._plateau(position, seg)
+            if len(pooled) > len(values):
+                side = classify(self._estimate(pooled), threshold, self.policy.higher_is_better)
         if seg is not None and len(values) >= 2 and self._between(seg, values):
+            if crossing_first and side is None:
+                return None  # a level of its own must still be placed on one side
             return Verdict.INTERMEDIATE
-        return classify(self._estimate(values), threshold, self.policy.higher_is_better)
+        return side
 
     def _clearly_worse(
         self, better: Sequence[float], worse: Sequence[float], strict: bool = False
@@ -368,7 +396,12 @@ class Engine:
             )
         if unresolved:
             message += f"; {len(unresolved)} further level change(s) could not be pinned down"
-        self._finish(Status.FOUND, message, culprit, tuple(unresolved), tuple(steps))
+        seen = tuple(self.seen_gaps)
+        if seen:
+            message += (
+                f"; {len(seen)} other level change(s) seen, not searched (`--all-steps` maps them)"
+            )
+        self._finish(Status.FOUND, message, culprit, tuple(unresolved), tuple(steps), seen)
 
     def _steps(
         self, top: _Segment
@@ -378,6 +411,11 @@ class Engine:
         first = yield from self._bisect(top)
         if first is None:
             return None
+        if not self.policy.all_steps:
+            # Crossing first: the user asked which configuration crosses the threshold. Other
+            # level changes are named from the launches already made, at no further cost.
+            self.seen_gaps.extend(self._seen_gaps(top, first))
+            return [], [first]
         # A step that leaves a level gap on either side (19 -> 23 -> 29 ms) means the
         # regression came in stages: search each gap for its own step.
         steps = [first]
@@ -405,6 +443,24 @@ class Engine:
                 self.outcome = None
         steps.sort(key=lambda c: top.index[c.first_bad.position])
         return unresolved, steps
+
+    def _seen_gaps(self, seg: _Segment, step: Culprit) -> list[tuple[int, int]]:
+        """Brackets on either side of ``step`` whose ends' launches already show a clear level
+        change (the first measured point clearly worse than that side's start, and the measured
+        point before it)."""
+        lo, hi = step.last_good.position, step.first_bad.position
+        measured = [p for p in seg.order if self.launches.get(p)]
+        gaps = []
+        sides = (
+            [p for p in measured if seg.index[p] <= seg.index[lo]],
+            [p for p in measured if seg.index[p] >= seg.index[hi]],
+        )
+        for side in sides:
+            for a, b in itertools.pairwise(side):
+                if self._clearly_worse(self.launches[side[0]], self.launches[b], strict=True):
+                    gaps.append((a, b))
+                    break
+        return gaps
 
     def _level_gap(
         self, a: int, b: int, probe: bool = False
@@ -502,6 +558,10 @@ class Engine:
         # good endpoint only narrows the gap, which buys more launches by itself.
         order: list[int] = []
         counts = {good: self.policy.good_endpoint_launches, bad: self.policy.bad_endpoint_launches}
+        if self.fixed_threshold:
+            # A given threshold does not move with a slow outlier at the bad endpoint, so the
+            # extra launch buys nothing there; a contradicting verdict is confirmed below.
+            counts[bad] = self.policy.good_endpoint_launches
         while counts[good] or counts[bad]:
             for pos in (bad, good):
                 if counts[pos]:
@@ -519,9 +579,23 @@ class Engine:
                     return False
             g, b = self.launches[good], self.launches[bad]
             n = min(len(g), len(b))
+            wanted = [good, bad]
             if self.fixed_threshold:
                 vg, vb = self._decide(good), self._decide(bad)
-                settled = vg is not None and vb is not None
+                # Each endpoint on its side settles it; a verdict that contradicts the user's
+                # good/bad (one slow outlier launch makes a good endpoint look bad) is only
+                # accepted once more launches of that endpoint confirm it.
+                wanted = [
+                    p
+                    for p, v, want in ((bad, vb, Verdict.BAD), (good, vg, Verdict.GOOD))
+                    if v is not want
+                ]
+                confirmed = all(
+                    self._decide(p) is not None
+                    and len(self.launches[p]) >= self.policy.endpoint_confirm_launches
+                    for p in wanted
+                )
+                settled = not wanted or confirmed
             else:
                 worse = self._worse_by(g, b)
                 big_enough = worse.delta >= self.policy.min_effect * abs(median(g))
@@ -536,7 +610,7 @@ class Engine:
                     settled = worse.hi < 0 and n >= self.policy.endpoint_confirm_launches
             if settled or n >= self.policy.max_launches or {good, bad} & self.gave_up:
                 break
-            yield self._request([good, bad], Purpose.ENDPOINT)
+            yield self._request(wanted, Purpose.ENDPOINT)
 
         est_g, est_b = self._estimate(g), self._estimate(b)
         unit = (
@@ -602,14 +676,43 @@ class Engine:
                 return
             yield self._request([position], Purpose.SEARCH)
 
-    @staticmethod
-    def _bracket(seg: _Segment) -> tuple[int, int]:
-        """(last GOOD before the first worse point, first worse point) as indexes into the
-        segment's order: the range holding the first departure from its lower level."""
-        worse = (Verdict.BAD, Verdict.INTERMEDIATE)
-        judged = [(seg.index[p], v) for p, v in seg.verdicts.items() if p in seg.index]
-        hi = min(i for i, v in judged if v in worse)
-        lo = max(i for i, v in judged if v is Verdict.GOOD and i < hi)
+    def _plateau(self, position: int, seg: _Segment) -> list[float]:
+        """The launches of ``position`` and of every other point of the segment that sits on
+        the same intermediate level (clearly apart from neither), for a side decision."""
+        own = self.launches[position]
+        pooled = list(own)
+        if own_rel_sd(own) > 2.5 * self.rel_sd():
+            return pooled  # its launches disagree (bimodal): it has no one level to share
+
+        for other, values in self.launches.items():
+            if other == position or other not in seg.index:
+                continue
+            if self._clearly_worse(own, values) or self._clearly_worse(values, own):
+                continue
+            pooled.extend(values)
+        return pooled
+
+    def _crossed(self, seg: _Segment, position: int, verdict: Verdict) -> bool:
+        """Is this judged point past the step the segment searches? With every step mapped
+        (and in a level gap's segment) any departure from the lower level is; crossing first, an
+        intermediate level counts by the side of the threshold its median is on."""
+        if verdict is Verdict.BAD:
+            return True
+        if verdict is not Verdict.INTERMEDIATE:
+            return False
+        if self.policy.all_steps or seg is not self._top:
+            return True
+        pooled = self._plateau(position, seg)
+        side = classify(self._estimate(pooled), seg.threshold, self.policy.higher_is_better)
+        return side is Verdict.BAD
+
+    def _bracket(self, seg: _Segment) -> tuple[int, int]:
+        """(last point before the first crossed one, first crossed point) as indexes into the
+        segment's order: the range holding the step the segment searches."""
+        judged = [(seg.index[p], p, v) for p, v in seg.verdicts.items() if p in seg.index]
+        hi = min(i for i, p, v in judged if self._crossed(seg, p, v))
+        below = (Verdict.GOOD, Verdict.INTERMEDIATE)
+        lo = max(i for i, p, v in judged if v in below and i < hi and not self._crossed(seg, p, v))
         return lo, hi
 
     def _bisect(
@@ -641,6 +744,19 @@ class Engine:
             # Segment ends keep their verdicts (a flip ends the search), so the bracket exists.
             i_lo, i_hi = self._bracket(seg)
             lo, hi = seg.order[i_lo], seg.order[i_hi]
+            if not self.policy.all_steps and top:
+                # An UNCLEAR point of a plateau may be decided by now: its plateau's other
+                # points have launched since (no launch of its own is needed for that).
+                redecided = False
+                for i in range(i_lo + 1, i_hi):
+                    p = seg.order[i]
+                    if seg.verdicts.get(p) is Verdict.UNCLEAR and p not in self.skip_reason:
+                        verdict = self._decide(p, seg)
+                        if verdict is not None:
+                            self._set_verdict(p, verdict, seg)
+                            redecided = True
+                if redecided:
+                    continue
             # Open: never judged, or left UNCLEAR by a verification before its launches ran out.
             open_points = [
                 i

@@ -209,6 +209,20 @@ def build_report(
         threshold_interval=outcome.threshold_interval,
         threshold_basis=basis if threshold is not None else "",
         warnings=tuple(_overlap_warnings(path, steps, threshold)),
+        search="all steps" if engine.policy.all_steps else "crossing first",
+        seen=tuple(_seen(engine, a, b) for a, b in outcome.seen),
+    )
+
+
+def _seen(engine: Engine, a: int, b: int) -> Unresolved:
+    """A level change the crossing-first search saw between two measured points."""
+    pa, pb = engine.point(a), engine.point(b)
+    levels = " -> ".join(f"{p.estimate.median:.4g}" if p.estimate else "-" for p in (pa, pb))
+    return Unresolved(
+        pa.config.as_dict(),
+        pb.config.as_dict(),
+        f"the level moves {levels} between positions {a} and {b}; not searched "
+        "(`--all-steps` searches it)",
     )
 
 

@@ -226,6 +226,8 @@ class Report:
     threshold_basis: str = ""  # "given", or how many launches of each endpoint it rests on
     warnings: tuple[str, ...] = ()  # what a reader must know to trust the answer
     time_spent_s: float = 0.0  # the launches' stage times, summed: the time to this answer
+    search: str = "all steps"  # "crossing first" (the default) or "all steps" (--all-steps)
+    seen: tuple[Unresolved, ...] = ()  # level changes seen on the way, not searched
     report_version: int = REPORT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)  # fields of a newer version, kept
 
@@ -267,12 +269,17 @@ class Report:
             "threshold_basis": self.threshold_basis,
             "warnings": list(self.warnings),
             "time_spent_s": self.time_spent_s,
+            "search": self.search,
+            "seen_not_searched": [u.to_json() for u in self.seen],
             **self.extra,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Report:
-        known = {f for f in cls.__dataclass_fields__ if f != "extra"} | {"culprits"}
+        known = {f for f in cls.__dataclass_fields__ if f != "extra"} | {
+            "culprits",
+            "seen_not_searched",
+        }
         culprit = data.get("culprit")
         return cls(
             session=int(data["session"]),
@@ -302,6 +309,8 @@ class Report:
             threshold_basis=str(data.get("threshold_basis", "")),
             warnings=tuple(data.get("warnings", [])),
             time_spent_s=float(data.get("time_spent_s", 0.0)),
+            search=str(data.get("search", "all steps")),
+            seen=tuple(Unresolved.from_json(u) for u in data.get("seen_not_searched", [])),
             report_version=int(data.get("report_version", 1)),
             extra={k: v for k, v in data.items() if k not in known},
         )

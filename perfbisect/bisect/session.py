@@ -72,9 +72,11 @@ class SearchOptions:
     threshold: float | None = None
     min_launches: int = 1
     max_launches: int = 5
+    all_steps: bool = False  # map every level change, not only the crossing
 
     def policy(self, experiment: Experiment) -> Policy:
         return Policy(
+            all_steps=self.all_steps,
             min_launches=self.min_launches,
             good_endpoint_launches=self.min_launches,
             bad_endpoint_launches=max(2, self.min_launches),
@@ -105,6 +107,7 @@ def start(
         "threshold": options.threshold,
         "min_launches": options.min_launches,
         "max_launches": options.max_launches,
+        "all_steps": options.all_steps,
         "plans": [p.as_json() for p in endpoints.plans] if endpoints.multi_axis else None,
         # Log directories are keyed by this, not by the per-database session number: two
         # databases (the demo's and the default) both have a session 1.
@@ -161,7 +164,12 @@ def resume(store: Store, ref: str | None, progress: Progress | None = None) -> R
     context = experiment.context()
     configs = [Configuration.of(c, context) for c in row.path]
     p = row.params
-    options = SearchOptions(p.get("threshold"), int(p["min_launches"]), int(p["max_launches"]))
+    options = SearchOptions(
+        p.get("threshold"),
+        int(p["min_launches"]),
+        int(p["max_launches"]),
+        bool(p.get("all_steps", True)),  # sessions from before crossing-first mapped every step
+    )
     return _drive(
         store,
         row.id,

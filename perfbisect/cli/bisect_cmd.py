@@ -63,6 +63,12 @@ def start(
         1, "--min-launches", min=1, help="Launches per point to start with."
     ),
     max_launches: int = typer.Option(5, "--max-launches", min=1, help="Most launches per point."),
+    all_steps: bool = typer.Option(
+        False,
+        "--all-steps",
+        help="Map every level change (each step searched and verified), not only the "
+        "configuration that crosses the threshold.",
+    ),
     name: str | None = typer.Option(None, "--name", help="A name for the session."),
     as_json: bool = JSON,
     plot: str | None = typer.Option(None, "--plot", help="Also write a PNG plot here."),
@@ -94,7 +100,7 @@ def start(
             experiment_path=config,
             good=good,
             bad=bad,
-            options=SearchOptions(threshold_ms, min_launches, max_launches),
+            options=SearchOptions(threshold_ms, min_launches, max_launches, all_steps),
             name=name,
             progress=progress,
         ),

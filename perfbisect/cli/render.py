@@ -148,6 +148,11 @@ def render_report(report: Report, out: Console | None = None) -> None:
         for st in report.steps:
             mark = " (crosses the threshold)" if st.crosses_threshold else ""
             out.print(f"    {_step_line(st, unit)}{mark}")
+    for u in report.seen:
+        out.print(
+            f"[cyan]seen, not searched:[/] between {escape(cfg(u.good))} and "
+            f"{escape(cfg(u.bad))}: {escape(u.why)}"
+        )
     for u in report.unresolved:
         out.print(
             f"[yellow]unresolved:[/] between {escape(cfg(u.good))} (good) and "
@@ -167,6 +172,14 @@ def render_report(report: Report, out: Console | None = None) -> None:
                 f"{escape(_plain(item['now']))}"
             )
     failed = f" ({report.failed_launches} failed)" if report.failed_launches else ""
+    out.print(
+        f"search: {report.search}"
+        + (
+            " (the configuration that crosses the threshold; `--all-steps` maps every step)"
+            if report.search == "crossing first"
+            else " (every level change searched)"
+        )
+    )
     out.print(
         f"evaluations: {report.evaluations} configurations, launches: {report.launches}{failed}; "
         f"time to this answer: {clock(report.time_spent_s)} in launch stages"
