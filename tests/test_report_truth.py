@@ -8,6 +8,7 @@ Real git repositories, real processes (measure scripts, an HTTP serve script), t
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -43,6 +44,17 @@ def flaky_repo(root: Path, crash: dict[str, Any], values: list[float] | None = N
     commits[0]["measure.py"] = FLAKY_MEASURE
     commits[0]["crash.json"] = json.dumps(crash)
     return make_repo(root, commits).shas
+
+
+def wait_for_process(pattern: str, timeout: float) -> None:
+    """Until a process whose command line matches ``pattern`` runs (the measure stage)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+        if found.stdout.strip():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no process matching {pattern!r} within {timeout}s")
 
 
 def start_in_background(cli: Cli, good: str, bad: str) -> subprocess.Popen[str]:
@@ -344,6 +356,7 @@ def test_teardown_failure_does_not_hide_the_measure_failure(cli: Cli, tmp_path: 
 
 
 def test_teardown_failure_during_ctrl_c_still_ends_interrupted(cli: Cli, tmp_path: Path) -> None:
+    marker = f"pbctrlc{os.getpid()}"
     repo = make_repo(
         tmp_path / "repo",
         [
@@ -359,16 +372,14 @@ def test_teardown_failure_during_ctrl_c_still_ends_interrupted(cli: Cli, tmp_pat
         EXPERIMENT.replace(
             'measure = "python3 measure.py"',
             'serve = "python3 serve.py {port}"\nready = "http://127.0.0.1:{port}/"\n'
-            'measure = "python3 measure.py"',
+            f'measure = "python3 measure.py {marker}"',
         )
     )
     proc = start_in_background(cli, repo.shas[0], repo.shas[1])
     try:
-        deadline = time.monotonic() + 60
-        logs = tmp_path / "cache" / "logs"
-        while not list(logs.glob("*/*/measure.log")) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(1)
+        # Ctrl-C while the first launch measures (its server's daemon holds the port)
+        wait_for_process(f"measure.py {marker}", timeout=60)
+        time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=90)
         assert proc.returncode == 130, err
