@@ -456,8 +456,14 @@ class Engine:
             [p for p in measured if seg.index[p] >= seg.index[hi]],
         )
         for side in sides:
+            start = self.launches[side[0]]
             for a, b in itertools.pairwise(side):
-                if self._clearly_worse(self.launches[side[0]], self.launches[b], strict=True):
+                values = self.launches[b]
+                # Named only on solid evidence: two launches a side at least, and the whole
+                # interval beyond the minimum effect (a single slow launch is not a level).
+                if min(len(start), len(values)) < 2:
+                    continue
+                if self._clearly_worse(start, values, strict=True):
                     gaps.append((a, b))
                     break
         return gaps

@@ -102,6 +102,15 @@ class Host(Protocol):
     def close(self) -> None: ...
 
 
+def default_python(host: Host) -> str:
+    """The Python to run on a host when the experiment names none: on this machine the one
+    running perfbisect (its venv, activated or not, is where torch and SGLang were installed
+    with it), elsewhere ``python3`` on the host's PATH."""
+    import sys
+
+    return sys.executable if host.is_local else "python3"
+
+
 def shell_line(argv: Sequence[str], cwd: str | None, env: Mapping[str, str] | None) -> str:
     """``cd CWD && exec env K=V ... ARGV`` with every part quoted (for hosts reached by ssh)."""
     parts = []

@@ -15,7 +15,6 @@ import os
 import re
 import shlex
 import socket
-import sys
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from perfbisect.errors import StepFailed
-from perfbisect.hosts.base import Host
+from perfbisect.hosts.base import Host, default_python
 from perfbisect.hosts.openssh import OpenSshClient
 from perfbisect.launch.base import LaunchOptions, LaunchSpec, Method, make_launcher
 from perfbisect.launch.ssh import SshLauncher
@@ -80,7 +79,7 @@ def _run_method(
 ) -> dict[str, Any]:
     """Start the chain with one method; the raw per-stage environments (unredacted)."""
     folder = f"{base}/{method.value}"
-    python = request.python or (sys.executable if host.is_local else "python3")
+    python = request.python or default_python(host)
     names = sorted(set(ALWAYS) | set(request.deliver) | set(request.watch))
     host.write_file(f"{folder}/envchain.py", SCRIPT.read_bytes())
     spec_json = {"names": names, "prefixes": list(PREFIXES), "gpus": request.gpus, "all": True}

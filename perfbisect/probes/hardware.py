@@ -7,11 +7,10 @@ first for a remote host), so the snapshot describes the machine that runs the se
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from perfbisect.hosts.base import Host
+from perfbisect.hosts.base import Host, default_python
 
 SCRIPT = Path(__file__).with_name("hardware_script.py")
 
@@ -29,7 +28,7 @@ def hardware_snapshot(
 ) -> dict[str, Any]:
     """Machine, driver, GPUs (clocks, PCIe link, power, temperature, throttle reasons, ECC,
     memory), the NCCL library that would load; ``full`` adds topology and torch."""
-    exe = python or (sys.executable if host.is_local else "python3")
+    exe = python or default_python(host)
     argv = [exe, _script_on(host), *(["--full"] if full else [])]
     result = host.run(argv, timeout_s=timeout_s)
     lines = [line for line in result.output.splitlines() if line.startswith("{")]

@@ -11,7 +11,7 @@ from typing import Any
 
 from perfbisect.config import Configuration
 from perfbisect.experiment import Experiment, TargetSpec
-from perfbisect.hosts.base import Host
+from perfbisect.hosts.base import Host, default_python
 from perfbisect.probes.verify_timer import verify_samples
 from perfbisect.targets.command import PLACEHOLDER, CommandTarget
 
@@ -19,9 +19,10 @@ SERVER = Path(__file__).with_name("server.py")
 SERVER_FLAGS = ("tp", "device", "layers", "hidden", "heads", "draft_tokens", "max_seq", "threads")
 
 
-def command_options(options: Mapping[str, Any], server: str) -> dict[str, Any]:
-    """serve/ready/measure for the generic pipeline, from the reference keys."""
-    python = shlex.quote(str(options.get("python", "python3")))
+def command_options(options: Mapping[str, Any], server: str, python: str) -> dict[str, Any]:
+    """serve/ready/measure for the generic pipeline, from the reference keys (``python``: the
+    interpreter when the experiment names none)."""
+    python = shlex.quote(str(options.get("python", python)))
     flags = []
     for key in SERVER_FLAGS:
         if key in options:
@@ -59,7 +60,7 @@ class ReferenceTarget(CommandTarget):
         super().__init__(experiment, cache_dir, host)
         self.reference = dict(experiment.target.options)
         server = "{worktree}/server.py" if experiment.target.repo else self._packaged_server()
-        self.options = command_options(self.reference, server)
+        self.options = command_options(self.reference, server, default_python(self.host))
         self.experiment = replace(
             experiment, target=TargetSpec("reference", self.options, experiment.target.repo)
         )

@@ -14,7 +14,7 @@ from packaging.version import InvalidVersion, Version
 from perfbisect.config import Configuration
 from perfbisect.errors import StepFailed
 from perfbisect.experiment import Experiment, TargetSpec
-from perfbisect.hosts.base import Host
+from perfbisect.hosts.base import Host, default_python
 from perfbisect.probes.verify_timer import verify_samples
 from perfbisect.targets.base import BuildInfo, Measurement
 from perfbisect.targets.command import CommandTarget
@@ -154,7 +154,7 @@ class SglangTarget(CommandTarget):
             built = build(
                 self.host,
                 worktree,
-                str(self.sglang.get("python", "python3")),
+                str(self.sglang.get("python") or default_python(self.host)),
                 envs_root(self.host),
                 float(self.options["timeout_s"]),
                 tuple(str(a) for a in self.sglang.get("pip_args", [])),
@@ -176,7 +176,7 @@ class SglangTarget(CommandTarget):
 
     def _probe_installed(self) -> tuple[str, Version | None, str, str]:
         """The interpreter, the SGLang version it imports, where from, and its site-packages."""
-        python = str(self.sglang.get("python", "python3"))
+        python = str(self.sglang.get("python") or default_python(self.host))
         probe = self.host.run([python, "-c", _INSTALLED_PROBE], timeout_s=300)
         if not probe.ok:
             raise StepFailed(
@@ -226,7 +226,7 @@ class SglangTarget(CommandTarget):
                 "SETUPTOOLS_SCM_PRETEND_VERSION=0.0.0+perfbisect " if plan.version_from_git else ""
             )
             steps = [
-                f"{self.sglang.get('python', 'python3')} -m venv --system-site-packages "
+                f"{self.sglang.get('python') or default_python(self.host)} -m venv --system-site-packages "
                 f"--without-pip {envs_root(self.host)}/{plan.digest}   # once per pinned set, "
                 "layered on that interpreter's own environment",
                 f"{pretend}{python} -m pip install -e {worktree}/{plan.target}",
