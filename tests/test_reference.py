@@ -104,3 +104,22 @@ def test_rank_dying_mid_request_is_skip_without_orphans(tmp_path: Path) -> None:
     log = (tmp_path / "logs" / "serve.log").read_text()
     assert "error: rank 1 died (exit code 3)" in log
     assert _processes_running(str(SERVER)) == []
+
+
+def test_default_interpreter_is_the_one_running_perfbisect() -> None:
+    # A user who runs `venv/bin/perfbisect demo` without activating the venv: the served
+    # reference server must run with that venv's Python (it has torch), not PATH's python3.
+    import shlex
+    import sys
+
+    from perfbisect.hosts.base import default_python
+    from perfbisect.hosts.local import LocalHost
+    from perfbisect.targets.reference.target import command_options
+
+    python = default_python(LocalHost())
+    assert python == sys.executable
+    options = command_options({}, "server.py", python)
+    assert options["serve"].startswith(shlex.quote(sys.executable) + " server.py serve")
+    assert options["measure"].startswith(shlex.quote(sys.executable) + " server.py bench")
+    named = command_options({"python": "/opt/py/bin/python3"}, "server.py", python)
+    assert named["serve"].startswith("/opt/py/bin/python3 ")
