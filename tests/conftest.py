@@ -142,9 +142,20 @@ class Cli:
         assert result.returncode in codes, (result.returncode, result.stdout, result.stderr)
         return json.loads(result.stdout)  # type: ignore[no-any-return]
 
-    def bisect(self, good: str, bad: str, timeout: float = 240) -> dict:  # type: ignore[type-arg]
-        """`bisect start --good G --bad B --json`, which must exit 0: the report."""
-        return self.json("bisect", "start", "--good", good, "--bad", bad, "--json", timeout=timeout)
+    def bisect(  # type: ignore[type-arg]
+        self,
+        good: str,
+        bad: str,
+        *extra: str,
+        codes: tuple[int, ...] = (0,),
+        db: str | None = None,
+        timeout: float = 240,
+    ) -> dict:
+        """`[--db DB] bisect start --good G --bad B [extra...] --json`, which must exit with
+        one of ``codes``: the report."""
+        head = ["--db", db] if db else []
+        args = [*head, "bisect", "start", "--good", good, "--bad", bad, *extra, "--json"]
+        return self.json(*args, codes=codes, timeout=timeout)
 
 
 @pytest.fixture

@@ -83,7 +83,7 @@ higher_is_better = true
 [axes.custom.batch]
 values = ["1", "2", "4", "8", "16", "32"]
 """)
-    report = cli.json("bisect", "start", "--good", "batch=1", "--bad", "batch=32", "--json")
+    report = cli.bisect("batch=1", "batch=32")
     assert report["status"] == "found"
     assert report["culprit"]["first_bad"] == {"batch": "8"}
     assert report["culprit"]["last_good"] == {"batch": "4"}
@@ -94,14 +94,14 @@ def test_drift_of_an_endpoint_is_reported(cli: Cli, tmp_path: Path) -> None:
     repo = value_repo(tmp_path / "repo", [10.0, 10.0, 20.0, 20.0])
     exp = tmp_path / "perfbisect.toml"
     exp.write_text(EXPERIMENT)
-    cli.json("bisect", "start", "--good", repo.shas[0], "--bad", repo.shas[3], "--json")
+    cli.bisect(repo.shas[0], repo.shas[3])
     # The good commit's measurement moves (same configuration, new value): the second session
     # must say so, with dates and values.
     (repo.path / "value").write_text("10")
     worktrees = list((tmp_path / "cache" / "worktrees").glob(f"*/{repo.shas[0][:16]}"))
     assert len(worktrees) == 1
     (worktrees[0] / "value").write_text("14")
-    report = cli.json("bisect", "start", "--good", repo.shas[0], "--bad", repo.shas[3], "--json")
+    report = cli.bisect(repo.shas[0], repo.shas[3])
     drift = [d for d in report["drift"] if d["endpoint"] == "good"]
     assert drift, report["drift"]
     assert drift[0]["before"]["median"] < 10.5 and drift[0]["now"]["median"] > 13
@@ -140,33 +140,14 @@ def test_two_step_regression_is_reported_as_steps(cli: Cli, tmp_path: Path) -> N
     values = [19.0] * 4 + [23.0] * 4 + [29.0] * 4
     repo = value_repo(tmp_path / "repo", values)
     (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
-    first = cli.json(
-        "bisect",
-        "start",
-        "--good",
-        repo.shas[0],
-        "--bad",
-        repo.shas[-1],
-        "--threshold-ms",
-        "26",
-        "--json",
-    )
+    first = cli.bisect(repo.shas[0], repo.shas[-1], "--threshold-ms", "26")
     assert first["search"] == "crossing first"
     assert first["culprit"]["first_bad"]["commit"] == repo.shas[8]
     assert [s["first_bad"]["commit"] for s in first["steps"]] == [repo.shas[8]]
     for seen in first["seen_not_searched"]:  # the 19 -> 23 step, from launches already made
         assert values[repo.shas.index(seen["good"]["commit"])] == 19.0
         assert values[repo.shas.index(seen["bad"]["commit"])] == 23.0
-    report = cli.json(
-        "bisect",
-        "start",
-        "--good",
-        repo.shas[0],
-        "--bad",
-        repo.shas[-1],
-        "--all-steps",
-        "--json",
-    )
+    report = cli.bisect(repo.shas[0], repo.shas[-1], "--all-steps")
     assert report["search"] == "all steps"
     assert report["launches"] > first["launches"]
     assert report["status"] == "found", report["message"]

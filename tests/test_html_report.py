@@ -82,18 +82,7 @@ def test_html_reports_of_every_kind_open_cleanly_in_chromium(
         )
         + '\n[env]\nHF_TOKEN = "hf_html_secret_1234"\n'
     )
-    s_amb = cli.json(
-        "bisect",
-        "start",
-        "-c",
-        "amb.toml",
-        "--good",
-        amb.shas[0],
-        "--bad",
-        amb.shas[-1],
-        "--json",
-        codes=(4,),
-    )
+    s_amb = cli.bisect(amb.shas[0], amb.shas[-1], "-c", "amb.toml", codes=(4,))
     multi = make_repo(
         tmp_path / "r3",
         [{"value": "10", "measure.py": MULTI_MEASURE}, {"value": "10"}, {"value": "30"}],
@@ -115,18 +104,7 @@ def test_html_reports_of_every_kind_open_cleanly_in_chromium(
     )
     flat = value_repo(tmp_path / "r4", [10.0] * 3)
     (tmp_path / "flat.toml").write_text(EXPERIMENT.replace('repo = "repo"', 'repo = "r4"'))
-    s_flat = cli.json(
-        "bisect",
-        "start",
-        "-c",
-        "flat.toml",
-        "--good",
-        flat.shas[0],
-        "--bad",
-        flat.shas[-1],
-        "--json",
-        codes=(3,),
-    )
+    s_flat = cli.bisect(flat.shas[0], flat.shas[-1], "-c", "flat.toml", codes=(3,))
     cases = [
         ("found", s_found, 0),
         ("ambiguous", s_amb, 4),

@@ -197,17 +197,13 @@ def test_every_kind_of_session_has_status_log_and_report(cli: Cli, tmp_path: Pat
 
     steps = value_repo(tmp_path / "r2", [19.0] * 4 + [23.0] * 4 + [29.0] * 4)
     (tmp_path / "perfbisect.toml").write_text(EXPERIMENT.replace('repo = "repo"', 'repo = "r2"'))
-    s2 = cli.json(
-        "bisect", "start", "--good", steps.shas[0], "--bad", steps.shas[-1], "--all-steps", "--json"
-    )["session"]
+    s2 = cli.bisect(steps.shas[0], steps.shas[-1], "--all-steps")["session"]
     r2 = check_views(cli, s2)
     assert len(r2["steps"]) == 2
 
     flat = value_repo(tmp_path / "r3", [10.0] * 4)
     (tmp_path / "perfbisect.toml").write_text(EXPERIMENT.replace('repo = "repo"', 'repo = "r3"'))
-    r3 = cli.json(
-        "bisect", "start", "--good", flat.shas[0], "--bad", flat.shas[-1], "--json", codes=(3,)
-    )
+    r3 = cli.bisect(flat.shas[0], flat.shas[-1], codes=(3,))
     check_views(cli, r3["session"], code=3)
 
     amb = value_repo(tmp_path / "r4", [10.0] * 4 + [30.0] * 4)
@@ -217,9 +213,7 @@ def test_every_kind_of_session_has_status_log_and_report(cli: Cli, tmp_path: Pat
             f'build = "test $(git rev-parse HEAD) != {amb.shas[3]}"\nmeasure = "python3 measure.py"',
         )
     )
-    r4 = cli.json(
-        "bisect", "start", "--good", amb.shas[0], "--bad", amb.shas[-1], "--json", codes=(4,)
-    )
+    r4 = cli.bisect(amb.shas[0], amb.shas[-1], codes=(4,))
     assert r4["status"] == "ambiguous"
     assert r4["unresolved"] and "skip" in r4["unresolved"][0]["why"]
     check_views(cli, r4["session"], code=4)
@@ -272,28 +266,8 @@ def test_interrupted_session_has_status_and_log_but_no_report_yet(cli: Cli, tmp_
 def test_two_databases_keep_separate_logs(cli: Cli, tmp_path: Path) -> None:
     repo = value_repo(tmp_path / "repo", [10.0, 10.0, 30.0])
     (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
-    a = cli.json(
-        "--db",
-        str(tmp_path / "a.db"),
-        "bisect",
-        "start",
-        "--good",
-        repo.shas[0],
-        "--bad",
-        repo.shas[-1],
-        "--json",
-    )
-    b = cli.json(
-        "--db",
-        str(tmp_path / "b.db"),
-        "bisect",
-        "start",
-        "--good",
-        repo.shas[0],
-        "--bad",
-        repo.shas[-1],
-        "--json",
-    )
+    a = cli.bisect(repo.shas[0], repo.shas[-1], db=str(tmp_path / "a.db"))
+    b = cli.bisect(repo.shas[0], repo.shas[-1], db=str(tmp_path / "b.db"))
     assert a["session"] == b["session"] == 1
     assert a["log_dir"] != b["log_dir"]
     for db, report in ((tmp_path / "a.db", a), (tmp_path / "b.db", b)):
@@ -455,16 +429,6 @@ def test_a_level_on_the_threshold_is_pointed_out(cli: Cli, tmp_path: Path) -> No
     text = cli.run("bisect", "report")
     assert "warning: position" in text.stdout
     # With the threshold given, the question has one answer and no warning is needed.
-    given = cli.json(
-        "bisect",
-        "start",
-        "--good",
-        repo.shas[0],
-        "--bad",
-        repo.shas[-1],
-        "--threshold-ms",
-        "24",
-        "--json",
-    )
+    given = cli.bisect(repo.shas[0], repo.shas[-1], "--threshold-ms", "24")
     assert given["culprit"]["first_bad"] == {"commit": repo.shas[8]}
     assert given["threshold_basis"].startswith("given") and given["threshold_interval"] is None
