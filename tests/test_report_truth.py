@@ -432,3 +432,33 @@ def test_a_level_on_the_threshold_is_pointed_out(cli: Cli, tmp_path: Path) -> No
     given = cli.bisect(repo.shas[0], repo.shas[-1], "--threshold-ms", "24")
     assert given["culprit"]["first_bad"] == {"commit": repo.shas[8]}
     assert given["threshold_basis"].startswith("given") and given["threshold_interval"] is None
+
+
+def test_search_launches_are_reused_across_sessions_unless_fresh(cli: Cli, tmp_path: Path) -> None:
+    repo = value_repo(tmp_path / "repo", [10.0] * 8 + [30.0] * 8)
+    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
+    first = cli.bisect(repo.shas[0], repo.shas[-1])
+    assert first["reused_launches"] == []
+    second = cli.bisect(repo.shas[0], repo.shas[-1])
+    for key in ("first_bad", "last_good"):
+        assert second["culprit"][key] == first["culprit"][key]
+    reused = second["reused_launches"]
+    assert reused, "the same experiment on the same host: its search launches stand in"
+    log = {v["id"]: v for v in cli.json("bisect", "log", str(second["session"]), "--json")}
+    for launch_id in reused:
+        entry = log[launch_id]
+        assert entry["purpose"] == "search"  # endpoints and verification are launched anew
+        assert any(str(f).startswith("reused from launch ") for f in entry["flags"])
+    fresh_launches = [v for v in log.values() if v["id"] not in reused]
+    assert all(v["purpose"] != "search" or v["id"] not in reused for v in fresh_launches)
+    assert any(v["purpose"] == "endpoint" for v in fresh_launches)
+    text = cli.run("bisect", "report")
+    assert "reused from earlier sessions" in text.stdout
+    third = cli.bisect(repo.shas[0], repo.shas[-1], "--fresh")
+    assert third["reused_launches"] == []
+    # A changed experiment file is another experiment: nothing is reused.
+    (tmp_path / "perfbisect.toml").write_text(
+        EXPERIMENT.replace("timeout_s = 60", "timeout_s = 61")
+    )
+    fourth = cli.bisect(repo.shas[0], repo.shas[-1])
+    assert fourth["reused_launches"] == []

@@ -227,6 +227,7 @@ class Report:
     warnings: tuple[str, ...] = ()  # what a reader must know to trust the answer
     time_spent_s: float = 0.0  # the launches' stage times, summed: the time to this answer
     search: str = "all steps"  # "crossing first" (the default) or "all steps" (--all-steps)
+    reused_launches: tuple[int, ...] = ()  # this session's launches that reused earlier ones
     seen: tuple[Unresolved, ...] = ()  # level changes seen on the way, not searched
     report_version: int = REPORT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)  # fields of a newer version, kept
@@ -270,6 +271,7 @@ class Report:
             "warnings": list(self.warnings),
             "time_spent_s": self.time_spent_s,
             "search": self.search,
+            "reused_launches": list(self.reused_launches),
             "seen_not_searched": [u.to_json() for u in self.seen],
             **self.extra,
         }
@@ -310,6 +312,7 @@ class Report:
             warnings=tuple(data.get("warnings", [])),
             time_spent_s=float(data.get("time_spent_s", 0.0)),
             search=str(data.get("search", "all steps")),
+            reused_launches=tuple(int(i) for i in data.get("reused_launches", [])),
             seen=tuple(Unresolved.from_json(u) for u in data.get("seen_not_searched", [])),
             report_version=int(data.get("report_version", 1)),
             extra={k: v for k, v in data.items() if k not in known},

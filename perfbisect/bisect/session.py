@@ -12,6 +12,7 @@ import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,6 +23,7 @@ from perfbisect.bisect.engine import (
     Outcome,
     PointResult,
     Policy,
+    Purpose,
 )
 from perfbisect.bisect.multiaxis import AxisPlan, MultiAxisEngine
 from perfbisect.bisect.report import build_report
@@ -35,7 +37,14 @@ from perfbisect.paths import cache_dir
 from perfbisect.redact import redact_toml
 from perfbisect.store import records
 from perfbisect.store.database import Store
-from perfbisect.store.history import LaunchView, find_session, session_launches, session_steps
+from perfbisect.store.history import (
+    LaunchView,
+    Reusable,
+    find_session,
+    reusable_launches,
+    session_launches,
+    session_steps,
+)
 from perfbisect.targets.base import Target
 from perfbisect.targets.registry import make_target
 
@@ -73,6 +82,10 @@ class SearchOptions:
     min_launches: int = 1
     max_launches: int = 5
     all_steps: bool = False  # map every level change, not only the crossing
+    # Search launches of earlier sessions of the same experiment on the same host, at most this
+    # old, stand in for new ones (endpoints and verification are always launched anew, which
+    # is also the drift check); 0 = never (--fresh).
+    reuse_days: float = 7.0
 
     def policy(self, experiment: Experiment) -> Policy:
         return Policy(
@@ -108,6 +121,7 @@ def start(
         "min_launches": options.min_launches,
         "max_launches": options.max_launches,
         "all_steps": options.all_steps,
+        "reuse_days": options.reuse_days,
         "plans": [p.as_json() for p in endpoints.plans] if endpoints.multi_axis else None,
         # Log directories are keyed by this, not by the per-database session number: two
         # databases (the demo's and the default) both have a session 1.
@@ -169,6 +183,7 @@ def resume(store: Store, ref: str | None, progress: Progress | None = None) -> R
         int(p["min_launches"]),
         int(p["max_launches"]),
         bool(p.get("all_steps", True)),  # sessions from before crossing-first mapped every step
+        float(p.get("reuse_days", 0.0)),
     )
     return _drive(
         store,
@@ -213,6 +228,7 @@ def _measure(
     experiment: Experiment,
     on_stage: Callable[[str], None],
     log_root: Path,
+    hosts_seen: set[str],
 ) -> LaunchResult:
     config = request.config
     log_dir = _log_dir(log_root, seq, config)
@@ -244,6 +260,7 @@ def _measure(
         return LaunchResult(reason=f"{failure.stage}: {lead_with_error(failure.reason)}")
     value = median(m.samples)
     build = m.build
+    hosts_seen.add(str(m.snapshot.get("host", "local")))
     records.record_launch(
         store,
         replace(
@@ -278,6 +295,67 @@ def stage_seconds(launches: list[LaunchView]) -> float:
     )
 
 
+def _reuse_pool(
+    store: Store, session_id: int, experiment: Experiment, options: SearchOptions
+) -> dict[str, list[Reusable]]:
+    if options.reuse_days <= 0:
+        return {}
+    since = datetime.utcnow() - timedelta(days=options.reuse_days)
+    return reusable_launches(
+        store,
+        exclude_session=session_id,
+        experiment_sha256=_digest(experiment.text),
+        metric=experiment.metric.name,
+        since=since,
+    )
+
+
+def _reuse(
+    pool: dict[str, list[Reusable]], request: LaunchRequest, hosts_seen: set[str]
+) -> Reusable | None:
+    """An earlier launch that stands in for this one: search launches only, and only from a
+    host this session has itself launched on (its endpoints ran there first)."""
+    if request.purpose is not Purpose.SEARCH:
+        return None
+    stored = pool.get(request.config.fingerprint)
+    while stored:
+        candidate = stored.pop(0)
+        if candidate.host in hosts_seen:
+            return candidate
+    return None
+
+
+def _record_reused(
+    store: Store,
+    session_id: int,
+    seq: int,
+    request: LaunchRequest,
+    experiment: Experiment,
+    reused: Reusable,
+) -> LaunchResult:
+    config = request.config
+    records.record_launch(
+        store,
+        records.LaunchRecord(
+            session_id=session_id,
+            seq=seq,
+            fingerprint=config.fingerprint,
+            axes=config.as_dict(),
+            context=config.context,
+            position=request.position,
+            purpose=request.purpose.value,
+            metric=experiment.metric.name,
+            samples=reused.samples,
+            value=reused.value,
+            flags=[
+                f"reused from launch {reused.launch_id} (session {reused.session_id}, "
+                f"{reused.started_at.isoformat(timespec='seconds')}Z, host {reused.host})"
+            ],
+        ),
+    )
+    return LaunchResult(reused.value)
+
+
 def _close(target: Target | None) -> None:
     if target is not None:
         target.close()
@@ -308,6 +386,8 @@ def _drive(
 ) -> Report:
     engine = _engine(path, plans, options.policy(experiment), options.threshold)
     log_root = session_log_root(session_id, log_key)
+    pool = _reuse_pool(store, session_id, experiment, options)
+    hosts_seen: set[str] = set()  # where this session's own launches ran
     stored = session_launches(store, session_id)
     recorded_steps = {
         (s.position, s.verdict, s.n_launches) for s in session_steps(store, session_id)
@@ -323,16 +403,29 @@ def _drive(
                     result = _replayed(stored[seq])
                     progress.launched(request, result, replayed=True)
                 else:
-                    if target is None:
-                        target = make_target(experiment, cache_dir())
+                    reused = _reuse(pool, request, hosts_seen)
+                    if reused is not None:
+                        result = _record_reused(store, session_id, seq, request, experiment, reused)
+                        progress.launched(request, result, replayed=True)
+                    else:
+                        if target is None:
+                            target = make_target(experiment, cache_dir())
 
-                    def on_stage(name: str, request: LaunchRequest = request) -> None:
-                        progress.stage(request, name)
+                        def on_stage(name: str, request: LaunchRequest = request) -> None:
+                            progress.stage(request, name)
 
-                    result = _measure(
-                        target, store, session_id, seq, request, experiment, on_stage, log_root
-                    )
-                    progress.launched(request, result, replayed=False)
+                        result = _measure(
+                            target,
+                            store,
+                            session_id,
+                            seq,
+                            request,
+                            experiment,
+                            on_stage,
+                            log_root,
+                            hosts_seen,
+                        )
+                        progress.launched(request, result, replayed=False)
                 results.append(result)
                 seq += 1
             engine.feed(results)
@@ -370,7 +463,20 @@ def _drive(
     outcome = engine.outcome
     assert outcome is not None
     report = build_report(store, session_id, experiment, engine, outcome, str(log_root))
-    report = replace(report, time_spent_s=stage_seconds(session_launches(store, session_id)))
+    launches = session_launches(store, session_id)
+    reused_ids = [v.id for v in launches if any(str(f).startswith("reused from") for f in v.flags)]
+    warnings = list(report.warnings)
+    if reused_ids and report.drift:
+        warnings.append(
+            f"{len(reused_ids)} search launch(es) were reused from earlier sessions, and an endpoint "
+            "drifted since then: re-run with --fresh to measure everything anew"
+        )
+    report = replace(
+        report,
+        time_spent_s=stage_seconds(launches),
+        reused_launches=tuple(reused_ids),
+        warnings=tuple(warnings),
+    )
     records.set_session_status(
         store,
         session_id,

@@ -69,6 +69,12 @@ def start(
         help="Map every level change (each step searched and verified), not only the "
         "configuration that crosses the threshold.",
     ),
+    fresh: bool = typer.Option(
+        False,
+        "--fresh",
+        help="Launch everything anew: no search launch reused from earlier sessions of this "
+        "experiment on this host (default: reused when at most 7 days old).",
+    ),
     name: str | None = typer.Option(None, "--name", help="A name for the session."),
     as_json: bool = JSON,
     plot: str | None = typer.Option(None, "--plot", help="Also write a PNG plot here."),
@@ -100,7 +106,9 @@ def start(
             experiment_path=config,
             good=good,
             bad=bad,
-            options=SearchOptions(threshold_ms, min_launches, max_launches, all_steps),
+            options=SearchOptions(
+                threshold_ms, min_launches, max_launches, all_steps, 0.0 if fresh else 7.0
+            ),
             name=name,
             progress=progress,
         ),

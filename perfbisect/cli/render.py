@@ -172,6 +172,11 @@ def render_report(report: Report, out: Console | None = None) -> None:
                 f"{escape(_plain(item['now']))}"
             )
     failed = f" ({report.failed_launches} failed)" if report.failed_launches else ""
+    if report.reused_launches:
+        failed += (
+            f"; {len(report.reused_launches)} search launch(es) reused from earlier sessions "
+            "(`--fresh` launches everything)"
+        )
     out.print(
         f"search: {report.search}"
         + (

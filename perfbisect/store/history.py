@@ -182,6 +182,69 @@ def session_snapshots(store: Store, session_id: int) -> dict[int, dict[str, Any]
         return {int(launch_id): dict(data) for launch_id, data in rows}
 
 
+@dataclass(frozen=True)
+class Reusable:
+    launch_id: int
+    session_id: int
+    value: float
+    samples: list[float]
+    host: str
+    started_at: datetime
+
+
+def reusable_launches(
+    store: Store,
+    *,
+    exclude_session: int,
+    experiment_sha256: str,
+    metric: str,
+    since: datetime,
+) -> dict[str, list[Reusable]]:
+    """Successful launches of earlier sessions of the same experiment file (same commands,
+    [env], metric and target options) since ``since``, by configuration fingerprint (which
+    covers commit, patches, NCCL library, driver and launch method), oldest first, with the host
+    they ran on. Whether the host matches is the caller's question."""
+    with store.transaction() as db:
+        sessions = {
+            row.id
+            for row in db.scalars(select(SessionRow).where(SessionRow.id != exclude_session))
+            if (row.params or {}).get("experiment_sha256") == experiment_sha256
+        }
+        if not sessions:
+            return {}
+        rows = db.execute(
+            select(Launch, EnvSnapshot)
+            .join(EnvSnapshot, Launch.snapshot_id == EnvSnapshot.id)
+            .where(
+                Launch.session_id.in_(sessions),
+                Launch.status == "ok",
+                Launch.metric == metric,
+                Launch.started_at >= since,
+            )
+            .order_by(Launch.id)
+        ).all()
+        out: dict[str, list[Reusable]] = {}
+        for launch, snap in rows:
+            if any(str(f).startswith("reused from") for f in launch.flags or []):
+                continue  # reuse the measurement itself, never a copy of it
+            samples = list(
+                db.scalars(
+                    select(Sample.value).where(Sample.launch_id == launch.id).order_by(Sample.idx)
+                )
+            )
+            out.setdefault(launch.fingerprint, []).append(
+                Reusable(
+                    launch.id,
+                    int(launch.session_id or 0),
+                    float(launch.value or 0.0),  # status "ok": it has a value
+                    samples,
+                    str((snap.data or {}).get("host", "")),
+                    launch.started_at,
+                )
+            )
+        return out
+
+
 def configuration_axes(db: Session, fingerprint: str) -> dict[str, Any]:
     row = db.get(ConfigurationRow, fingerprint)
     return dict(row.axes) if row else {}
