@@ -232,19 +232,7 @@ def _measure(
 ) -> LaunchResult:
     config = request.config
     log_dir = _log_dir(log_root, seq, config)
-    base = records.LaunchRecord(
-        session_id=session_id,
-        seq=seq,
-        fingerprint=config.fingerprint,
-        axes=config.as_dict(),
-        context=config.context,
-        position=request.position,
-        purpose=request.purpose.value,
-        metric=experiment.metric.name,
-        samples=[],
-        value=None,
-        log_path=str(log_dir),
-    )
+    base = replace(_record(session_id, seq, request, experiment), log_path=str(log_dir))
     try:
         m = target.launch(config, str(log_dir), on_stage)
     except StepFailed as failure:
@@ -333,18 +321,10 @@ def _record_reused(
     experiment: Experiment,
     reused: Reusable,
 ) -> LaunchResult:
-    config = request.config
     records.record_launch(
         store,
-        records.LaunchRecord(
-            session_id=session_id,
-            seq=seq,
-            fingerprint=config.fingerprint,
-            axes=config.as_dict(),
-            context=config.context,
-            position=request.position,
-            purpose=request.purpose.value,
-            metric=experiment.metric.name,
+        replace(
+            _record(session_id, seq, request, experiment),
             samples=reused.samples,
             value=reused.value,
             flags=[
@@ -354,6 +334,25 @@ def _record_reused(
         ),
     )
     return LaunchResult(reused.value)
+
+
+def _record(
+    session_id: int, seq: int, request: LaunchRequest, experiment: Experiment
+) -> records.LaunchRecord:
+    """The part of a launch's record that its request alone decides."""
+    config = request.config
+    return records.LaunchRecord(
+        session_id=session_id,
+        seq=seq,
+        fingerprint=config.fingerprint,
+        axes=config.as_dict(),
+        context=config.context,
+        position=request.position,
+        purpose=request.purpose.value,
+        metric=experiment.metric.name,
+        samples=[],
+        value=None,
+    )
 
 
 def _close(target: Target | None) -> None:
