@@ -158,3 +158,20 @@ def test_two_step_regression_is_reported_as_steps(cli: Cli, tmp_path: Path) -> N
     text = cli.run("bisect", "report")
     assert text.returncode == 0, text.stderr
     assert "2 steps" in text.stdout and repo.shas[4][:12] in text.stdout
+
+
+def test_query_history_limits_and_dates_in_the_database(cli: Cli, tmp_path: Path) -> None:
+    repo = value_repo(tmp_path / "repo", [10.0] * 4 + [30.0] * 4)
+    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
+    report = cli.bisect(repo.shas[0], repo.shas[-1])
+    every = cli.json("query", "history", "--limit", "0", "--json")
+    assert len(every) == report["launches"]
+    newest = cli.json("query", "history", "--limit", "2", "--json")
+    assert [v["id"] for v in newest] == [v["id"] for v in every[-2:]]  # newest two, in order
+    day = every[0]["started_at"][:10]
+    assert len(cli.json("query", "history", "--until", day, "--limit", "0", "--json")) == len(every)
+    assert cli.json("query", "history", "--until", "2000-01-01", "--json") == []
+    good = cli.json("query", "history", "--config", f"commit={repo.shas[0][:8]}", "--json")
+    assert good and all(v["config"]["commit"] == repo.shas[0] for v in good)
+    bad_date = cli.run("query", "history", "--until", "yesterday")
+    assert bad_date.returncode == 2 and "--until 'yesterday'" in bad_date.stderr

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ app = typer.Typer(
 JSON = typer.Option(False, "--json", help="Print JSON.")
 
 
-def _since(text: str | None) -> datetime | None:
+def _since(text: str | None, option: str = "--since") -> datetime | None:
     if text is None:
         return None
     from perfbisect.errors import UsageError
@@ -27,7 +27,7 @@ def _since(text: str | None) -> datetime | None:
         return datetime.fromisoformat(text)
     except ValueError:
         raise UsageError(
-            f"--since {text!r}: expected a date like 2026-11-30 or 2026-11-30T12:00"
+            f"{option} {text!r}: expected a date like 2026-11-30 or 2026-11-30T12:00"
         ) from None
 
 
@@ -39,9 +39,13 @@ def history_cmd(
     ),
     metric: str | None = typer.Option(None, "--metric", help="Filter by metric name."),
     since: str | None = typer.Option(None, "--since", help="Only launches since this date."),
+    until: str | None = typer.Option(None, "--until", help="Only launches until this date."),
+    limit: int = typer.Option(
+        200, "--limit", min=0, help="Only the newest N launches (0: all of them)."
+    ),
     as_json: bool = JSON,
 ) -> None:
-    """Every stored launch matching the filters, oldest first."""
+    """The stored launches matching the filters (the newest --limit of them), oldest first."""
     from perfbisect.cli.render import render_rows
     from perfbisect.config import parse_spec
     from perfbisect.errors import lead_with_error
@@ -49,7 +53,17 @@ def history_cmd(
     from perfbisect.store.history import history
 
     axes = parse_spec(config) if config else None
-    views = history(ctx_store(ctx), axes=axes, metric=metric, since=_since(since))
+    end = _since(until, "--until")
+    if end is not None and until is not None and len(until) == 10:  # a date: the whole day
+        end += timedelta(days=1, microseconds=-1)
+    views = history(
+        ctx_store(ctx),
+        axes=axes,
+        metric=metric,
+        since=_since(since, "--since"),
+        until=end,
+        limit=limit or None,
+    )
     if as_json:
         emit_json([v.as_json() for v in views])
         return

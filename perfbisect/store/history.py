@@ -125,28 +125,39 @@ def history(
     axes: Mapping[str, str] | None = None,
     metric: str | None = None,
     since: datetime | None = None,
+    until: datetime | None = None,
     fingerprint: str | None = None,
     exclude_session: int | None = None,
+    limit: int | None = None,
 ) -> list[LaunchView]:
-    """Launches, oldest first, filtered by configuration (axes subset), metric and date."""
+    """Launches, oldest first, filtered by configuration (axes subset), metric and date in the
+    database, not after loading; with ``limit`` only the newest that many (still oldest first).
+    Configurations are few next to launches: an axes filter becomes the set of fingerprints."""
     with store.transaction() as db:
-        query = select(Launch).options(selectinload(Launch.configuration)).order_by(Launch.id)
+        query = select(Launch).options(selectinload(Launch.configuration))
+        if axes:
+            fingerprints = [
+                row.fingerprint
+                for row in db.scalars(select(ConfigurationRow))
+                if all(_axis_matches((row.axes or {}).get(k), v) for k, v in axes.items())
+            ]
+            query = query.where(Launch.fingerprint.in_(fingerprints))
         if metric:
             query = query.where(Launch.metric == metric)
         if since:
             query = query.where(Launch.started_at >= since)
+        if until:
+            query = query.where(Launch.started_at <= until)
         if fingerprint:
             query = query.where(Launch.fingerprint == fingerprint)
         if exclude_session is not None:
             query = query.where(
                 (Launch.session_id != exclude_session) | Launch.session_id.is_(None)
             )
-        views = [_view(launch) for launch in db.scalars(query)]
-    if axes:
-        views = [
-            v for v in views if all(_axis_matches(v.axes.get(k), val) for k, val in axes.items())
-        ]
-    return views
+        if limit:
+            query = query.order_by(Launch.id.desc()).limit(limit)
+            return [_view(launch) for launch in reversed(list(db.scalars(query)))]
+        return [_view(launch) for launch in db.scalars(query.order_by(Launch.id))]
 
 
 def _axis_matches(stored: Any, wanted: str) -> bool:
