@@ -24,7 +24,9 @@ def render_env_propagation(result: dict[str, Any], console: Console | None = Non
         f"(methods: {', '.join(result['methods'])})"
     )
     stages = result["stages"]
-    table = Table("variable", "method", *stages)
+    table = Table()
+    for column in ("variable", "method", *stages):
+        table.add_column(column, overflow="fold")  # values are copied: fold, never cut
     for name in result["variables"]:
         first = True
         for method in result["methods"]:
