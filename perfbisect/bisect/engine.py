@@ -862,7 +862,8 @@ class Engine:
             self.verify_notes[(lo, hi)] = (
                 f"the verification launches of position {hi} failed ({lead_with_error(failed)}); "
                 f"its verdict rests on {measured} earlier launch(es). Re-run `bisect start` "
-                "with the same endpoints to verify it (finished launches are reused)"
+                "with the same endpoints to verify it (its search launches are reused; the "
+                "endpoints and the verification run anew)"
             )
             return None
         if (
