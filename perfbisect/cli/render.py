@@ -103,8 +103,8 @@ def render_report(report: Report, out: Console | None = None) -> None:
     if culprit:
         # the same verdict as its row in the table: a level of its own between the endpoints
         # (a stacked regression's first step) is "intermediate" there and here
-        point = report.point(culprit.position)
-        verdict = point.verdict.value if point else "bad"
+        culprit_point = report.point(culprit.position)
+        verdict = culprit_point.verdict.value if culprit_point else "bad"
         label = "first bad" if verdict == "bad" else f"first worse ({verdict})"
         out.print(
             f"[bold]{label} ({escape(culprit.axis)}):[/] {escape(cfg(culprit.first_bad))}  "

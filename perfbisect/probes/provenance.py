@@ -112,7 +112,8 @@ def ssh_world(client: OpenSshClient, files: Host | None) -> SshWorld:
     procs = [ln[5:] for ln in result.output.splitlines() if ln.startswith("PROC ")]
     conn_line = next((ln[5:] for ln in result.output.splitlines() if ln.startswith("CONN ")), "")
     parts = conn_line.split()
-    user = (client.effective().get("user") or [None])[0]
+    users = client.effective().get("user") or []
+    user = users[0] if users else None
     conn = sshd_config.Connection(
         user=user,
         address=parts[0] if len(parts) == 4 else None,

@@ -51,7 +51,8 @@ class EffectiveSshd:
         """The rule that accepts ``name`` (a conditional one only if no definite one does)."""
         matching = [r for r in self.accept_env if fnmatch.fnmatchcase(name, r.pattern)]
         definite = [r for r in matching if not r.conditional]
-        return (definite or matching or [None])[0]
+        chosen = definite or matching
+        return chosen[0] if chosen else None
 
     def summary(self) -> str:
         if not self.accept_env:
