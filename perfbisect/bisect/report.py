@@ -9,7 +9,6 @@ from perfbisect.bisect.engine import Culprit, Engine, Outcome, PointResult
 from perfbisect.bisect.report_model import (
     AttributionRow,
     CommitInfo,
-    Effect,
     Interval,
     PathPoint,
     Report,
@@ -114,7 +113,7 @@ def _step(experiment: Experiment, engine: Engine, threshold: float | None, c: Cu
         first_bad=hi.config.as_dict(),
         last_good_ms=_interval(lo),
         first_bad_ms=_interval(hi),
-        effect_ms=Effect(c.effect.delta, c.effect.lo, c.effect.hi),
+        effect_ms=c.effect,
         verified=c.verified,
         verify_note=c.note,
         crosses_threshold=engine.straddles(c, threshold),

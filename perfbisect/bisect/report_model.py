@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
-from perfbisect.bisect.stats import Verdict
+from perfbisect.bisect.stats import Difference, Verdict
 
 REPORT_VERSION = 2
 
@@ -52,23 +52,6 @@ class Interval:
 
 
 @dataclass(frozen=True)
-class Effect:
-    delta: float
-    lo: float
-    hi: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {"delta": self.delta, "ci": [self.lo, self.hi]}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any] | None) -> Effect | None:
-        if not data:
-            return None
-        lo, hi = data["ci"]
-        return cls(float(data["delta"]), float(lo), float(hi))
-
-
-@dataclass(frozen=True)
 class CommitInfo:
     sha: str
     subject: str
@@ -86,7 +69,7 @@ class Step:
     first_bad: dict[str, str]
     last_good_ms: Interval | None
     first_bad_ms: Interval | None
-    effect_ms: Effect | None
+    effect_ms: Difference | None
     verified: bool
     verify_note: str | None = None
     crosses_threshold: bool = False
@@ -100,7 +83,7 @@ class Step:
             "first_bad": self.first_bad,
             "last_good_ms": self.last_good_ms.to_json() if self.last_good_ms else None,
             "first_bad_ms": self.first_bad_ms.to_json() if self.first_bad_ms else None,
-            "effect_ms": self.effect_ms.to_json() if self.effect_ms else None,
+            "effect_ms": self.effect_ms.as_json() if self.effect_ms else None,
             "verified": self.verified,
             "verify_note": self.verify_note,
             "crosses_threshold": self.crosses_threshold,
@@ -117,7 +100,7 @@ class Step:
             first_bad=dict(data["first_bad"]),
             last_good_ms=Interval.from_json(data.get("last_good_ms")),
             first_bad_ms=Interval.from_json(data.get("first_bad_ms")),
-            effect_ms=Effect.from_json(data.get("effect_ms")),
+            effect_ms=Difference.from_json(data.get("effect_ms")),
             verified=bool(data.get("verified")),
             verify_note=data.get("verify_note"),
             crosses_threshold=bool(data.get("crosses_threshold")),

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 
 class Verdict(str, Enum):
@@ -119,6 +120,13 @@ class Difference:
 
     def as_json(self) -> dict[str, object]:
         return {"delta": self.delta, "ci": [self.lo, self.hi]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> Difference | None:
+        if not data:
+            return None
+        lo, hi = data["ci"]
+        return cls(float(data["delta"]), float(lo), float(hi))
 
 
 def difference(a: Sequence[float], b: Sequence[float], rel_sd: float, z: float) -> Difference:
