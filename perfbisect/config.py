@@ -15,6 +15,10 @@ from dataclasses import dataclass
 from perfbisect.errors import UsageError
 
 COMMIT_AXIS = "commit"
+# A proxy launch (same code, random weights, fewer layers) is a measurement of another kind: its
+# configuration's context carries this mark, so its fingerprint, replay and reuse never mix
+# with the full model's.
+PROXY_MARK = "+proxy"
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,18 @@ class Configuration:
             separators=(",", ":"),
         )
         return hashlib.sha256(canonical.encode()).hexdigest()[:20]
+
+    @property
+    def is_proxy(self) -> bool:
+        return self.context.endswith(PROXY_MARK)
+
+    def as_proxy(self) -> Configuration:
+        return self if self.is_proxy else Configuration(self.values, self.context + PROXY_MARK)
+
+    def as_full(self) -> Configuration:
+        if not self.is_proxy:
+            return self
+        return Configuration(self.values, self.context[: -len(PROXY_MARK)])
 
     def differing_axes(self, other: Configuration) -> list[str]:
         mine, theirs = self.as_dict(), other.as_dict()

@@ -82,8 +82,17 @@ TARGET_SCHEMAS: dict[str, _Schema] = {
         "concurrency": ((int,), False),
         "max_new_tokens": ((int,), False),
         "warmup_requests": ((int,), False),
+        # Proxy launches (targets/sglang/proxy.py): {layers = N, override?, model?, extra_args?}
+        "proxy": ((dict,), False),
+        "confirm": ((str,), False),  # "full" (default with a proxy) or "none"
         "timeout_s": (_NUMBER, False),
     },
+}
+PROXY_SCHEMA: _Schema = {
+    "layers": ((int,), True),
+    "override": ((dict,), False),
+    "model": ((str,), False),
+    "extra_args": ((list,), False),
 }
 # Kinds whose samples do not come from a user pattern: [metric] may be left out.
 DEFAULT_METRICS = {
@@ -450,6 +459,7 @@ def _check_sglang(
         raise check.fail(("target",), "ready", f"must be one of {', '.join(SGLANG_READY)}")
     if "prompts" in target and not (path.parent / str(target["prompts"])).is_file():
         raise check.fail(("target",), "prompts", f"file {target['prompts']} does not exist")
+    _check_proxy(check, target)
     axes = {a.name: a for a in custom}
     for axis, table in dict(target.get("axis_args", {})).items():
         if axis not in axes:
@@ -467,6 +477,32 @@ def _check_sglang(
                 )
             if not isinstance(args, list) or not all(isinstance(a, (str, int)) for a in args):
                 raise check.fail(("target", "axis_args", axis), value, "must be a list of args")
+
+
+def _check_proxy(check: _Checker, target: Mapping[str, Any]) -> None:
+    from perfbisect.targets.sglang.proxy import CONFIRM_CHOICES
+
+    if "confirm" in target:
+        if "proxy" not in target:
+            raise check.fail(("target",), "confirm", "needs a proxy = { layers = N } to confirm")
+        if target["confirm"] not in CONFIRM_CHOICES:
+            raise check.fail(("target",), "confirm", f"must be one of {', '.join(CONFIRM_CHOICES)}")
+    if "proxy" not in target:
+        return
+    proxy = target["proxy"]
+    check.check(proxy, ("target", "proxy"), PROXY_SCHEMA)
+    if proxy["layers"] < 1:
+        raise check.fail(("target", "proxy"), "layers", "must be at least 1")
+    if not all(isinstance(a, (str, int)) for a in proxy.get("extra_args", [])):
+        raise check.fail(("target", "proxy"), "extra_args", "must be a list of args")
+    model = str(proxy.get("model") or target["model"])
+    if not model.startswith(("/", "./", "../", "~")):
+        raise check.fail(
+            ("target", "proxy"),
+            "model",
+            f"a proxy launch needs the model's config.json and tokenizer in a directory; "
+            f"{model!r} is a hub id: download those files and set proxy.model to their folder",
+        )
 
 
 def _parse_custom_axes(check: _Checker, axes: Mapping[str, Any]) -> tuple[CustomAxisSpec, ...]:

@@ -359,6 +359,27 @@ def session_html(store: Store, ref: str | None) -> str:
             raw=True,
         ),
     ]
+    fid = report.fidelity
+    if fid is not None:
+        parts += [
+            "<h2>Proxy and full launches</h2>",
+            f"<p>{esc(fid.proxy)}; the search ran on {esc(fid.searched_on)} launches "
+            f"({fid.proxy_launches} proxy, {fid.full_launches} full)."
+            + (f" {esc(fid.fallback)}" if fid.fallback else "")
+            + "</p>",
+            _table(
+                ["last good", "first bad", "full model", "what it showed"],
+                [
+                    (
+                        cfg(c.last_good),
+                        cfg(c.first_bad),
+                        "confirmed" if c.confirmed else "not confirmed",
+                        c.note,
+                    )
+                    for c in fid.checks
+                ],
+            ),
+        ]
     if report.seen:
         parts += [
             "<h2>Seen, not searched</h2>",

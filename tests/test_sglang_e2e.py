@@ -193,3 +193,131 @@ def test_dry_run_of_an_installed_sglang(cli: Cli, tmp_path: Path, served_python:
     assert commands["serve"].endswith("--disable-cuda-graph")  # the first configuration's args
     assert commands["ready"].endswith("/health_generate")
     assert not (tmp_path / "cache" / "logs").exists()  # nothing ran
+
+
+PROXY_EXPERIMENT = """
+[target]
+kind = "sglang"
+build = "installed"
+python = "{python}"
+model = "{models}/target"
+draft_model = "{models}/draft"
+tp = 1
+ready = "log"
+requests = 4
+concurrency = 2
+max_new_tokens = 16
+warmup_requests = 1
+timeout_s = 60
+proxy = {{ layers = 2 }}
+
+[target.axis_args.graphs]
+off = ["--disable-cuda-graph"]
+
+[target.axis_args.weights]
+slow = ["--stand-in-slow-weights"]
+
+[axes.custom.graphs]
+values = ["on", "off"]
+ordered = false
+
+[axes.custom.weights]
+values = ["fast", "slow"]
+ordered = false
+"""
+
+
+def _proxy_experiment(tmp_path: Path, python: str) -> Path:
+    """A model folder as a user has it: config, tokenizer, and weights a proxy must not touch."""
+    models = tmp_path / "models"
+    for name, layers in (("target", 16), ("draft", 1)):
+        folder = models / name
+        folder.mkdir(parents=True, exist_ok=True)
+        config = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": layers}
+        (folder / "config.json").write_text(json.dumps(config))
+        (folder / "tokenizer.json").write_text("{}")
+        (folder / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / "perfbisect.toml").write_text(PROXY_EXPERIMENT.format(python=python, models=models))
+    return models
+
+
+def _launches(cli: Cli) -> list[dict]:
+    log = json.loads(cli.run("bisect", "log", "--json").stdout)
+    return log["launches"] if isinstance(log, dict) else log
+
+
+def test_proxy_launches_search_and_the_full_model_confirms(
+    cli: Cli, tmp_path: Path, served_python: str
+) -> None:
+    models = _proxy_experiment(tmp_path, served_python)
+    report = cli.json(
+        "bisect", "start", "--good", "graphs=on", "--bad", "graphs=off", "--json", timeout=300
+    )
+    assert report["status"] == "found", report["message"]
+    assert report["culprit"]["first_bad"]["graphs"] == "off"
+    fidelity = report["fidelity"]
+    assert fidelity["searched_on"] == "proxy" and fidelity["fallback"] is None
+    assert fidelity["proxy_launches"] >= 3 and fidelity["full_launches"] >= 4
+    [check] = fidelity["checks"]
+    assert check["confirmed"] is True, check["note"]
+    assert "the full model confirmed it" in report["message"]
+    # What the server received: proxy launches served a 2-layer config copy with dummy weights.
+    launches = _launches(cli)
+    proxy = [v for v in launches if any(f.startswith("proxy launch:") for f in v["flags"])]
+    full = [v for v in launches if v["purpose"] == "confirm"]
+    assert len(proxy) == fidelity["proxy_launches"] and len(full) == fidelity["full_launches"]
+    proxy_log = (Path(proxy[0]["log"]) / "serve.log").read_text()
+    argv = json.loads(proxy_log.split("[stand-in] argv: ")[1].splitlines()[0])
+    assert argv[argv.index("--load-format") + 1] == "dummy"
+    assert argv[argv.index("--speculative-draft-load-format") + 1] == "dummy"
+    served = Path(argv[argv.index("--model-path") + 1])
+    assert served != models / "target" and "proxy-models" in str(served)
+    assert json.loads((served / "config.json").read_text())["num_hidden_layers"] == 2
+    assert (served / "tokenizer.json").resolve() == models / "target" / "tokenizer.json"
+    assert not (served / "model.safetensors").exists()  # never the weights
+    assert argv[argv.index("--speculative-draft-model-path") + 1] == str(models / "draft")
+    full_log = (Path(full[0]["log"]) / "serve.log").read_text()
+    full_argv = json.loads(full_log.split("[stand-in] argv: ")[1].splitlines()[0])
+    assert "--load-format" not in full_argv
+    assert full_argv[full_argv.index("--model-path") + 1] == str(models / "target")
+    # 2 layers against 16: the proxy's verify is cheaper, and both show the step.
+    assert max(check["good_values"]) > 2 * min(v["value"] for v in proxy)
+    text = cli.run("bisect", "report").stdout
+    print(text)
+    assert "proxy launches: 2 layers, random weights" in text
+    assert "full model, interleaved:" in text and "confirmed" in text
+
+
+def test_a_regression_the_proxy_cannot_show_falls_back_to_full_launches(
+    cli: Cli, tmp_path: Path, served_python: str
+) -> None:
+    _proxy_experiment(tmp_path, served_python)
+    report = cli.json(
+        "bisect", "start", "--good", "weights=fast", "--bad", "weights=slow", "--json", timeout=300
+    )
+    assert report["status"] == "found", report["message"]
+    assert report["culprit"]["first_bad"]["weights"] == "slow"
+    fidelity = report["fidelity"]
+    assert fidelity["searched_on"] == "full"
+    assert "do not show the regression" in fidelity["fallback"]
+    assert fidelity["proxy_launches"] >= 2 and fidelity["full_launches"] >= 3
+    assert any("it may depend on the weights" in w for w in report["warnings"])
+    # The proxy launches came first; every launch after them served the real config.
+    launches = _launches(cli)
+    n = fidelity["proxy_launches"]
+    assert all(any(f.startswith("proxy launch:") for f in v["flags"]) for v in launches[:n])
+    assert not any(f.startswith("proxy launch:") for v in launches[n:] for f in v["flags"])
+
+
+def test_a_proxy_needs_a_model_folder(cli: Cli, tmp_path: Path) -> None:
+    _proxy_experiment(tmp_path, sys.executable)
+    path = tmp_path / "perfbisect.toml"
+    hub = path.read_text().replace(f'model = "{tmp_path}/models/target"', 'model = "org/Kimi-K2"')
+    path.write_text(hub)
+    result = cli.run("bisect", "start", "--good", "graphs=on", "--bad", "graphs=off")
+    assert result.returncode == 2
+    assert "target.proxy" in result.stderr and "is a hub id" in result.stderr
+    text = path.read_text().replace("proxy = { layers = 2 }", 'confirm = "full"')
+    path.write_text(text)
+    result = cli.run("bisect", "start", "--good", "graphs=on", "--bad", "graphs=off")
+    assert result.returncode == 2 and "needs a proxy" in result.stderr

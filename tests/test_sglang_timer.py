@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from perfbisect.hosts.local import LocalHost
 from perfbisect.targets.sglang.server_log import (
@@ -287,3 +288,32 @@ def test_decode_log_parser_reads_every_format() -> None:
     assert notes[0] == "server reports NCCL 2.21.5"
     assert notes[1].startswith("decode log: 4 batches, accept len 3.25, decode in CUDA graphs 75%")
     assert log_notes("no decode lines here") == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", VERSIONS)
+def test_released_sglang_has_what_proxy_launches_use(sglang_wheels: Path, version: str) -> None:
+    """Proxy launches (targets/sglang/proxy.py) in each release's own source: the dummy load
+    format, the draft's load format from 0.5.5 on, and the two facts that make perfbisect write
+    a config copy instead of passing --json-model-override-args: that override reaches the
+    EAGLE-3 draft's config too, whose layer count the draft refuses (or builds) as its own."""
+    from perfbisect.targets.sglang.proxy import FIRST_DRAFT_LOAD_FORMAT
+
+    declarations = _sources(
+        sglang_wheels, version, ("sglang/srt/server_args.py", "sglang/srt/arg_groups/")
+    )
+    assert '"--load-format"' in declarations or "    load_format:" in declarations
+    load_config = _source(sglang_wheels, version, "sglang/srt/configs/load_config.py")
+    assert 'DUMMY = "dummy"' in load_config
+    draft_flag = (
+        '"--speculative-draft-load-format"' in declarations
+        or "    speculative_draft_load_format:" in declarations
+    )
+    assert draft_flag == (Version(version) >= FIRST_DRAFT_LOAD_FORMAT), version
+    model_config = _source(sglang_wheels, version, "sglang/srt/configs/model_config.py")
+    # `server_args.` up to 0.5.2x, a resolved view `cfg.` of it in 0.5.23
+    assert re.search(r"model_override_args=(server_args|cfg)\.json_model_override_args", model_config)
+    assert "is_draft_model" in model_config  # one from_server_args builds target and draft
+    eagle3 = _source(sglang_wheels, version, "sglang/srt/models/llama_eagle3.py")
+    # Up to 0.5.1x it refuses other layer counts; 0.5.23 builds that many draft layers.
+    assert "num_hidden_layers != 1" in eagle3 or "range(config.num_hidden_layers)" in eagle3

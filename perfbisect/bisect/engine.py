@@ -40,6 +40,7 @@ class Purpose(str, Enum):
     ENDPOINT = "endpoint"
     SEARCH = "search"
     VERIFY = "verify"
+    CONFIRM = "confirm"  # a full-model launch confirming a proxy search's culprit
 
 
 class Status(str, Enum):

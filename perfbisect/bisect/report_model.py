@@ -185,6 +185,83 @@ class Unresolved:
 
 
 @dataclass(frozen=True)
+class FullModelCheck:
+    """A proxy search's step launched on the full model, interleaved (``confirm = "full"``)."""
+
+    last_good: dict[str, str]
+    first_bad: dict[str, str]
+    position: int  # of the first bad configuration on the session's path
+    good_values: tuple[float, ...]
+    bad_values: tuple[float, ...]
+    effect_ms: Difference | None
+    confirmed: bool
+    note: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "last_good": self.last_good,
+            "first_bad": self.first_bad,
+            "position": self.position,
+            "good_values": list(self.good_values),
+            "bad_values": list(self.bad_values),
+            "effect_ms": self.effect_ms.as_json() if self.effect_ms else None,
+            "confirmed": self.confirmed,
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FullModelCheck:
+        return cls(
+            dict(data["last_good"]),
+            dict(data["first_bad"]),
+            int(data["position"]),
+            tuple(float(v) for v in data.get("good_values", [])),
+            tuple(float(v) for v in data.get("bad_values", [])),
+            Difference.from_json(data.get("effect_ms")),
+            bool(data["confirmed"]),
+            str(data.get("note", "")),
+        )
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """Proxy launches: what the proxy was, where the search ran, what the full model said."""
+
+    proxy: str  # "4 layers, random weights (--load-format dummy)"
+    searched_on: str  # "proxy", or "full" after a fallback
+    proxy_launches: int
+    full_launches: int
+    fallback: str | None = None  # why the search left the proxy
+    confirm: str = "full"
+    checks: tuple[FullModelCheck, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "proxy": self.proxy,
+            "searched_on": self.searched_on,
+            "proxy_launches": self.proxy_launches,
+            "full_launches": self.full_launches,
+            "fallback": self.fallback,
+            "confirm": self.confirm,
+            "checks": [c.to_json() for c in self.checks],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> Fidelity | None:
+        if not data:
+            return None
+        return cls(
+            str(data["proxy"]),
+            str(data["searched_on"]),
+            int(data["proxy_launches"]),
+            int(data["full_launches"]),
+            data.get("fallback"),
+            str(data.get("confirm", "full")),
+            tuple(FullModelCheck.from_json(c) for c in data.get("checks", [])),
+        )
+
+
+@dataclass(frozen=True)
 class Report:
     session: int
     status: ReportStatus
@@ -212,6 +289,7 @@ class Report:
     search: str = "all steps"  # "crossing first" (the default) or "all steps" (--all-steps)
     reused_launches: tuple[int, ...] = ()  # this session's launches that reused earlier ones
     seen: tuple[Unresolved, ...] = ()  # level changes seen on the way, not searched
+    fidelity: Fidelity | None = None  # proxy launches: what they were, what the full model said
     report_version: int = REPORT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)  # fields of a newer version, kept
 
@@ -256,6 +334,7 @@ class Report:
             "search": self.search,
             "reused_launches": list(self.reused_launches),
             "seen_not_searched": [u.to_json() for u in self.seen],
+            "fidelity": self.fidelity.to_json() if self.fidelity else None,
             **self.extra,
         }
 
@@ -297,6 +376,7 @@ class Report:
             search=str(data.get("search", "all steps")),
             reused_launches=tuple(int(i) for i in data.get("reused_launches", [])),
             seen=tuple(Unresolved.from_json(u) for u in data.get("seen_not_searched", [])),
+            fidelity=Fidelity.from_json(data.get("fidelity")),
             report_version=int(data.get("report_version", 1)),
             extra={k: v for k, v in data.items() if k not in known},
         )

@@ -10,12 +10,13 @@ from __future__ import annotations
 import hashlib
 import math
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+from perfbisect.bisect.confirm import Confirmation, PairToConfirm
 from perfbisect.bisect.engine import (
     Engine,
     LaunchRequest,
@@ -24,10 +25,11 @@ from perfbisect.bisect.engine import (
     PointResult,
     Policy,
     Purpose,
+    Status,
 )
 from perfbisect.bisect.multiaxis import AxisPlan, MultiAxisEngine
 from perfbisect.bisect.report import build_report
-from perfbisect.bisect.report_model import Report
+from perfbisect.bisect.report_model import Fidelity, FullModelCheck, Report
 from perfbisect.bisect.specs import resolve_endpoints
 from perfbisect.bisect.stats import instability_flags, median
 from perfbisect.config import Configuration
@@ -47,6 +49,7 @@ from perfbisect.store.history import (
 )
 from perfbisect.targets.base import Target
 from perfbisect.targets.registry import make_target
+from perfbisect.targets.sglang.proxy import ProxySpec
 
 
 class Interrupted(PerfbisectError):
@@ -373,6 +376,161 @@ def _engine(
     return Engine(path, policy, threshold)
 
 
+class _Searcher(Protocol):
+    """What the driver runs: the engine, the multi-axis engine, a full-model confirmation."""
+
+    def next_batch(self) -> list[LaunchRequest]: ...
+    def feed(self, results: Sequence[LaunchResult]) -> None: ...
+    def take_verdicts(self) -> list[PointResult]: ...
+
+
+class _Driver:
+    """Runs searchers' launches one after another: replayed from the store while the stored
+    launches match (a resumed session), reused from earlier sessions where allowed, else
+    launched and recorded. One sequence number runs through every phase of a session."""
+
+    def __init__(
+        self,
+        store: Store,
+        session_id: int,
+        experiment: Experiment,
+        options: SearchOptions,
+        progress: Progress,
+        log_root: Path,
+    ) -> None:
+        self.store, self.session_id, self.experiment = store, session_id, experiment
+        self.progress, self.log_root = progress, log_root
+        self.pool = _reuse_pool(store, session_id, experiment, options)
+        self.hosts_seen: set[str] = set()  # where this session's own launches ran
+        self.stored = session_launches(store, session_id)
+        self.recorded_steps = {
+            (s.position, s.verdict, s.n_launches) for s in session_steps(store, session_id)
+        }
+        self.target: Target | None = None
+        self.seq = 0
+
+    def close(self) -> None:
+        _close(self.target)
+        self.target = None
+
+    def run(self, searcher: _Searcher) -> None:
+        while batch := searcher.next_batch():
+            searcher.feed([self._one(request) for request in batch])
+            for point in searcher.take_verdicts():
+                self._record_verdict(point)
+
+    def _one(self, request: LaunchRequest) -> LaunchResult:
+        seq, self.seq = self.seq, self.seq + 1
+        stored = self.stored
+        if seq < len(stored) and stored[seq].fingerprint == request.config.fingerprint:
+            result = _replayed(stored[seq])
+            self.progress.launched(request, result, replayed=True)
+            return result
+        reused = _reuse(self.pool, request, self.hosts_seen)
+        if reused is not None:
+            result = _record_reused(
+                self.store, self.session_id, seq, request, self.experiment, reused
+            )
+            self.progress.launched(request, result, replayed=True)
+            return result
+        if self.target is None:
+            self.target = make_target(self.experiment, cache_dir())
+
+        def on_stage(name: str) -> None:
+            self.progress.stage(request, name)
+
+        result = _measure(
+            self.target,
+            self.store,
+            self.session_id,
+            seq,
+            request,
+            self.experiment,
+            on_stage,
+            self.log_root,
+            self.hosts_seen,
+        )
+        self.progress.launched(request, result, replayed=False)
+        return result
+
+    def _record_verdict(self, point: PointResult) -> None:
+        self.progress.verdict(point)
+        est = point.estimate
+        n = est.n if est else 0
+        key = (point.position, point.verdict.value, n)
+        if key in self.recorded_steps:
+            return
+        self.recorded_steps.add(key)
+        records.record_step(
+            self.store,
+            self.session_id,
+            point.config.fingerprint,
+            point.position,
+            point.verdict.value,
+            est.median if est else None,
+            (est.lo, est.hi) if est else None,
+            n,
+            point.reason,
+        )
+
+
+@dataclass
+class _Phases:
+    """What a session's phases left: the engine whose search the report shows, and with a
+    proxy, the proxy's own search (when the search fell back to full launches) and the
+    full-model confirmation."""
+
+    engine: Engine
+    proxy: ProxySpec | None = None
+    proxy_engine: Engine | None = None
+    fallback: str | None = None
+    confirmation: Confirmation | None = None
+
+
+def _run_phases(
+    driver: _Driver,
+    path: list[Configuration],
+    plans: list[dict[str, Any]] | None,
+    options: SearchOptions,
+    experiment: Experiment,
+) -> _Phases:
+    policy = options.policy(experiment)
+    proxy = ProxySpec.of(experiment.target.options) if experiment.target.kind == "sglang" else None
+    if proxy is None:
+        engine = _engine(path, plans, policy, options.threshold)
+        driver.run(engine)
+        return _Phases(engine)
+    # The search runs on proxy launches. A given threshold is in the full model's units, so
+    # the proxy's threshold is derived from its own endpoints; the given one is checked when
+    # the full model confirms the culprit.
+    proxy_engine = _engine([c.as_proxy() for c in path], plans, policy, None)
+    driver.run(proxy_engine)
+    outcome = proxy_engine.outcome
+    assert outcome is not None
+    if outcome.status is Status.NOT_REPRODUCED:
+        fallback = (
+            "the proxy launches do not show the regression between the endpoints "
+            f"({outcome.message}); it may depend on the weights: the search ran on full launches"
+        )
+        engine = _engine(path, plans, policy, options.threshold)
+        driver.run(engine)
+        return _Phases(engine, proxy, proxy_engine, fallback)
+    phases = _Phases(proxy_engine, proxy, proxy_engine)
+    if outcome.status is Status.FOUND and proxy.confirm == "full":
+        pairs = [
+            PairToConfirm(
+                c.last_good.config.as_full(),
+                c.first_bad.config.as_full(),
+                c.last_good.position,
+                c.first_bad.position,
+            )
+            for c in outcome.steps
+        ]
+        phases.confirmation = Confirmation(pairs, policy, options.threshold)
+        driver.run(phases.confirmation)
+    return phases
+
+
 def _drive(
     store: Store,
     session_id: int,
@@ -383,82 +541,24 @@ def _drive(
     progress: Progress,
     log_key: str | None,
 ) -> Report:
-    engine = _engine(path, plans, options.policy(experiment), options.threshold)
     log_root = session_log_root(session_id, log_key)
-    pool = _reuse_pool(store, session_id, experiment, options)
-    hosts_seen: set[str] = set()  # where this session's own launches ran
-    stored = session_launches(store, session_id)
-    recorded_steps = {
-        (s.position, s.verdict, s.n_launches) for s in session_steps(store, session_id)
-    }
+    driver = _Driver(store, session_id, experiment, options, progress, log_root)
     progress.started(session_id, len(path), expected_steps(len(path)))
-    target: Target | None = None
-    seq = 0
     try:
-        while batch := engine.next_batch():
-            results: list[LaunchResult] = []
-            for request in batch:
-                if seq < len(stored) and stored[seq].fingerprint == request.config.fingerprint:
-                    result = _replayed(stored[seq])
-                    progress.launched(request, result, replayed=True)
-                else:
-                    reused = _reuse(pool, request, hosts_seen)
-                    if reused is not None:
-                        result = _record_reused(store, session_id, seq, request, experiment, reused)
-                        progress.launched(request, result, replayed=True)
-                    else:
-                        if target is None:
-                            target = make_target(experiment, cache_dir())
-
-                        def on_stage(name: str, request: LaunchRequest = request) -> None:
-                            progress.stage(request, name)
-
-                        result = _measure(
-                            target,
-                            store,
-                            session_id,
-                            seq,
-                            request,
-                            experiment,
-                            on_stage,
-                            log_root,
-                            hosts_seen,
-                        )
-                        progress.launched(request, result, replayed=False)
-                results.append(result)
-                seq += 1
-            engine.feed(results)
-            for point in engine.take_verdicts():
-                progress.verdict(point)
-                n = point.estimate.n if point.estimate else 0
-                key = (point.position, point.verdict.value, n)
-                if key in recorded_steps:
-                    continue
-                recorded_steps.add(key)
-                est = point.estimate
-                records.record_step(
-                    store,
-                    session_id,
-                    point.config.fingerprint,
-                    point.position,
-                    point.verdict.value,
-                    est.median if est else None,
-                    (est.lo, est.hi) if est else None,
-                    n,
-                    point.reason,
-                )
+        phases = _run_phases(driver, path, plans, options, experiment)
     except KeyboardInterrupt:
-        _close(target)
+        driver.close()
         records.set_session_status(store, session_id, records.INTERRUPTED)
         raise Interrupted(
             f"interrupted; the session is saved: `perfbisect bisect resume "
             f"{session_id}` continues it"
         ) from None
     except BaseException:
-        _close(target)
+        driver.close()
         records.set_session_status(store, session_id, records.INTERRUPTED)
         raise
-    _close(target)
+    driver.close()
+    engine = phases.engine
     outcome = engine.outcome
     assert outcome is not None
     report = build_report(store, session_id, experiment, engine, outcome, str(log_root))
@@ -476,6 +576,8 @@ def _drive(
         reused_launches=tuple(reused_ids),
         warnings=tuple(warnings),
     )
+    if phases.proxy is not None:
+        report = with_fidelity(report, phases, launches)
     records.set_session_status(
         store,
         session_id,
@@ -484,6 +586,67 @@ def _drive(
         params={"derived_threshold": outcome.threshold},
     )
     return report
+
+
+def with_fidelity(report: Report, phases: _Phases, launches: list[LaunchView]) -> Report:
+    """The report of a session with proxy launches: which launches were proxy and which full,
+    whether the search fell back to full launches, and what the full model confirmed."""
+    assert phases.proxy is not None
+    assert phases.proxy_engine is not None
+    proxy_prints = {c.fingerprint for c in phases.proxy_engine.path}
+    proxy_n = sum(1 for v in launches if v.fingerprint in proxy_prints)
+    confirmed: list[FullModelCheck] = []
+    if phases.confirmation is not None:
+        for r in phases.confirmation.results:
+            confirmed.append(
+                FullModelCheck(
+                    last_good=r.pair.last_good.as_dict(),
+                    first_bad=r.pair.first_bad.as_dict(),
+                    position=r.pair.hi,
+                    good_values=r.good_values,
+                    bad_values=r.bad_values,
+                    effect_ms=r.effect,
+                    confirmed=r.confirmed,
+                    note=r.note,
+                )
+            )
+    searched_on = "full" if phases.fallback else "proxy"
+    fidelity = Fidelity(
+        proxy=phases.proxy.describe(),
+        searched_on=searched_on,
+        proxy_launches=proxy_n,
+        full_launches=len(launches) - proxy_n,
+        fallback=phases.fallback,
+        confirm=phases.proxy.confirm,
+        checks=tuple(confirmed),
+    )
+    message, warnings = report.message, list(report.warnings)
+    if phases.fallback:
+        warnings.append(phases.fallback)
+    elif report.culprit is not None:
+        message = f"{message} (searched on proxy launches: {phases.proxy.describe()})"
+        check = next((c for c in confirmed if c.position == report.culprit.position), None)
+        if check is not None and check.confirmed:
+            message += "; the full model confirmed it"
+        elif check is not None:
+            message += "; the full model did NOT confirm it"
+            warnings.append(f"the full model did not confirm the proxy's culprit: {check.note}")
+        elif phases.proxy.confirm == "none":
+            warnings.append(
+                'not confirmed on the full model (confirm = "none"): the culprit rests on proxy '
+                "launches only"
+            )
+    basis = report.threshold_basis
+    if searched_on == "proxy" and basis:
+        basis = f"on proxy launches: {basis}"
+    return replace(
+        report,
+        message=message,
+        warnings=tuple(warnings),
+        fidelity=fidelity,
+        threshold_basis=basis,
+        launches=len(launches),  # every phase's: proxy search, fallback, confirmation
+    )
 
 
 __all__ = [

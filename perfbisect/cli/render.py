@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from perfbisect.bisect.report_model import Report, Step
+from perfbisect.bisect.report_model import Fidelity, Report, Step
 from perfbisect.formatting import cfg, clock, interval, num
 
 STATUS_STYLE = {
@@ -148,6 +148,8 @@ def render_report(report: Report, out: Console | None = None) -> None:
         for st in report.steps:
             mark = " (crosses the threshold)" if st.crosses_threshold else ""
             out.print(f"    {_step_line(st, unit)}{mark}")
+    if report.fidelity is not None:
+        _fidelity(out, report.fidelity, unit)
     for u in report.seen:
         out.print(
             f"[cyan]seen, not searched:[/] between {escape(cfg(u.good))} and "
@@ -191,6 +193,24 @@ def render_report(report: Report, out: Console | None = None) -> None:
     )
     if report.log_dir:
         out.print(f"logs: {escape(report.log_dir)}", soft_wrap=True)
+
+
+def _fidelity(out: Console, f: Fidelity, unit: str) -> None:
+    out.print(
+        f"[bold]proxy launches:[/] {escape(f.proxy)}; the search ran on {f.searched_on} "
+        f"launches ({f.proxy_launches} proxy, {f.full_launches} full)"
+    )
+    if f.fallback:
+        out.print(f"[yellow]fallback:[/] {escape(f.fallback)}")
+    for c in f.checks:
+        mark = "[green]confirmed[/]" if c.confirmed else "[yellow]not confirmed[/]"
+        values = " / ".join(
+            ", ".join(num(v) for v in side) or "-" for side in (c.good_values, c.bad_values)
+        )
+        out.print(
+            f"full model, interleaved: {escape(cfg(c.last_good))} -> {escape(cfg(c.first_bad))}: "
+            f"{mark}; {escape(c.note)} ({escape(unit)} launches: {values})"
+        )
 
 
 def _plain(value: Any) -> str:

@@ -22,6 +22,8 @@ from perfbisect.targets.readiness import LOG_PREFIX
 from perfbisect.targets.sglang.build import build, envs_root
 from perfbisect.targets.sglang.deps import install_plan
 from perfbisect.targets.sglang.launch_args import checkout_version, server_argv, shell_command
+from perfbisect.targets.sglang.proxy import ProxySpec, flag_note, prepare_model
+from perfbisect.targets.sglang.proxy import server_args as proxy_args
 from perfbisect.targets.sglang.server_log import READY_LINE, log_notes
 from perfbisect.targets.sglang.timer import BOOT, install_timer
 
@@ -46,6 +48,9 @@ class SglangTarget(CommandTarget):
         self.sglang = dict(experiment.target.options)
         self.installed = self.sglang.get("build", "editable") == "installed"
         self.options = {"timeout_s": self.sglang.get("timeout_s", 1800)}
+        self.proxy = ProxySpec.of(self.sglang)
+        self._proxy_model: str | None = None  # set while a proxy launch is being prepared
+        self._notes: list[str] = []  # what this launch's preparation says about it
         self.experiment = replace(
             experiment, target=TargetSpec("sglang", self.options, experiment.target.repo)
         )
@@ -78,6 +83,9 @@ class SglangTarget(CommandTarget):
         self, python: str, version: Version | None, values: Mapping[str, str]
     ) -> dict[str, str]:
         options = {**self.sglang, "extra_args": self._server_args(values)}
+        if self._proxy_model is not None and self.proxy is not None:
+            options["model"] = self._proxy_model
+            options["extra_args"] = [*options["extra_args"], *proxy_args(self.proxy, version)]
         argv = server_argv(python, version, options, "{port}")
         serve = "PERFBISECT_VERIFY_TIMER_DIR={timing} exec " + shell_command(argv)
         workload = [
@@ -162,6 +170,12 @@ class SglangTarget(CommandTarget):
             python = built.python
             info = BuildInfo("ok", built.reused, 0.0, f"environment {built.digest}")
             (log_dir / "build.log").write_text(built.log)
+        if self._proxy_model is not None:
+            assert self.proxy is not None
+            source = self.proxy.model or str(self.sglang["model"])
+            root = f"{self.host.cache_dir()}/sglang/proxy-models"
+            self._proxy_model = prepare_model(self.host, source, self.proxy, root)
+            self._notes.append(flag_note(self.proxy, self._proxy_model, version))
         self.options = {**self.options, **self._commands(python, version, values)}
         return info
 
@@ -196,7 +210,16 @@ class SglangTarget(CommandTarget):
         return "no verify timer lines (is the timer installed and PERFBISECT_VERIFY_TIMER_DIR set?)"
 
     def launch(self, config: Configuration, log_dir: str, on_stage: Any = None) -> Measurement:
-        measured = super().launch(config, log_dir, on_stage)
+        if config.is_proxy and self.proxy is None:
+            raise StepFailed("build", "a proxy launch was asked for, but [target] has no proxy")
+        self._proxy_model = "" if config.is_proxy else None
+        self._notes = []
+        try:
+            measured = super().launch(config, log_dir, on_stage)
+        finally:
+            self._proxy_model = None
+        measured.flags.extend(self._notes)
+        measured.snapshot["fidelity"] = "proxy" if config.is_proxy else "full"
         log_file = Path(log_dir) / "serve.log"
         log = log_file.read_text(errors="replace") if log_file.exists() else ""
         measured.flags.extend(log_notes(log))
@@ -233,7 +256,7 @@ class SglangTarget(CommandTarget):
                 f"install {BOOT.name} + .pth into the environment's site-packages",
             ]
         commands = self._commands(python, version, values)
-        return {
+        described: dict[str, Any] = {
             "host": self.host.address,
             "launch": self._method(config),
             "sglang_version": commands["version"],
@@ -242,3 +265,13 @@ class SglangTarget(CommandTarget):
             "ready": commands["ready"],
             "measure": commands["measure"],
         }
+        if self.proxy is not None:
+            source = self.proxy.model or str(self.sglang["model"])
+            described["proxy"] = {
+                "what": self.proxy.describe(),
+                "model": f"a copy of {source}/config.json ({self.proxy.describe()}) next to links "
+                "to its tokenizer files, never its weights",
+                "serve_args": proxy_args(self.proxy, version),
+                "confirm": self.proxy.confirm,
+            }
+        return described

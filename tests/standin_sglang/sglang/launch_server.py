@@ -3,13 +3,17 @@
 It parses the flags perfbisect passes, verifies each request in cycles through the ModelRunner
 above (so the real verify timer, installed by perfbisect, wraps a real method call), prints
 SGLang's log lines (decode batches, the ready line) and serves /health_generate, /generate and
-/server_info. --disable-cuda-graph makes verify slower and eager, as on a GPU. Flags that only
-exist here: --stand-in-never-ready, --stand-in-http-error.
+/server_info. --disable-cuda-graph makes verify slower and eager, as on a GPU. Verify time
+scales with the model's depth (`num_hidden_layers` of its config.json; 8 without one), as a
+proxy launch's fewer layers do on a GPU. Flags that only exist here: --stand-in-never-ready,
+--stand-in-http-error, --stand-in-slow-weights (slower only with real weights: a regression a
+`--load-format dummy` proxy cannot show).
 """
 
 import argparse
 import http.server
 import json
+import os
 import sys
 import threading
 
@@ -40,11 +44,24 @@ def main():
     p.add_argument("--disable-cuda-graph", action="store_true")
     p.add_argument("--stand-in-never-ready", action="store_true")
     p.add_argument("--stand-in-http-error", action="store_true")
+    p.add_argument("--stand-in-slow-weights", action="store_true")
+    p.add_argument("--load-format", default="auto", choices=["auto", "dummy", "safetensors"])
+    p.add_argument("--speculative-draft-load-format", default=None, choices=["auto", "dummy"])
     args = p.parse_args()
+    print("[stand-in] argv: " + json.dumps(sys.argv[1:]), file=sys.stderr, flush=True)
+    config_file = os.path.join(args.model_path, "config.json")
+    layers = 8
+    if os.path.exists(config_file):
+        with open(config_file) as f:
+            layers = int(json.load(f).get("num_hidden_layers", 8))
+    print(f"[stand-in] layers: {layers}, load format: {args.load_format}", file=sys.stderr)
     if args.port + 10000 > 65535:  # as SGLang 0.5.12's server_args does for its gRPC port
         raise ValueError(f"SGLANG_GRPC_PORT ({args.port + 10000}) must be between 1 and 65535")
     graph = not args.disable_cuda_graph
-    runners = [ModelRunner(r, 2.0 if graph else 6.0, graph) for r in range(args.tp_size)]
+    cost = (2.0 if graph else 6.0) * layers / 8
+    if args.stand_in_slow_weights and args.load_format != "dummy":
+        cost += 3.0
+    runners = [ModelRunner(r, cost, graph) for r in range(args.tp_size)]
     accept = args.speculative_num_draft_tokens
     lock = threading.Lock()
 
