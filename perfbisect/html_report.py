@@ -385,6 +385,13 @@ def session_html(store: Store, ref: str | None) -> str:
             "<h2>Seen, not searched</h2>",
             _table(["from", "to", "what"], [(cfg(u.good), cfg(u.bad), u.why) for u in report.seen]),
         ]
+    if report.creep:
+        parts += [
+            "<h2>Creep</h2>",
+            _table(
+                ["from", "to", "what"], [(cfg(u.good), cfg(u.bad), u.why) for u in report.creep]
+            ),
+        ]
     if report.unresolved:
         parts += [
             "<h2>Unresolved</h2>",

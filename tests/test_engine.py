@@ -357,3 +357,75 @@ def test_one_point_on_the_threshold_is_unresolved_never_blamed() -> None:
         assert outcome.culprit is not None and outcome.culprit.first_bad.position == 31
     else:
         assert outcome.status is Status.AMBIGUOUS and outcome.unresolved == ((29, 31),)
+
+
+def _bursty(culprit: int, burst_at: int, length: int = 3) -> tuple[Script, list[int]]:
+    """A step at ``culprit`` on a shared machine: from the first launch of ``burst_at`` on,
+    ``length`` launches in a row (whatever they measure) run 2.5x slow."""
+    state = {"left": 0, "started": False}
+    launched: list[int] = []
+
+    def script(pos: int, k: int) -> float:
+        launched.append(pos)
+        if pos == burst_at and not state["started"]:
+            state["started"], state["left"] = True, length
+        value = step(culprit, 10.0, 20.0)(pos, k)
+        if state["left"] > 0:
+            state["left"] -= 1
+            value *= 2.5
+        return value
+
+    return script, launched
+
+
+def test_a_burst_of_slow_launches_cannot_fake_the_culprit() -> None:
+    """A burst that starts at a good point's first launch and lasts into its verification
+    made the single-launch verification confirm a step that is not there. Once launches
+    slower than any level are seen, the bracket is verified in back-to-back pairs: the burst
+    slows both launches of a pair, the pairs show no step, and the search goes on."""
+    for paired, expected in ((False, 5), (True, 6)):
+        script, _ = _bursty(culprit=6, burst_at=5)  # the last point searched, then verified
+        engine = Engine(path(8), Policy(paired_verify=paired), threshold=14.0)
+        drive(engine, script)
+        outcome = engine.outcome
+        assert outcome is not None and outcome.culprit is not None
+        assert outcome.culprit.first_bad.position == expected, (paired, outcome.message)
+
+
+def test_a_quiet_machine_verifies_with_one_launch() -> None:
+    engine = Engine(path(8), Policy(), threshold=24.0)
+    order = drive(engine, step(5))
+    assert [p for p, purpose in order if purpose is Purpose.VERIFY] == [5]
+
+
+def test_creep_beside_the_step_is_reported_not_claimed_as_a_step() -> None:
+    """18 -> 27 ms at position 20, then a creep of 0.5% a commit (+24% by position 64): with
+    every step mapped, the step is claimed once and the rise after it is named as creep, not
+    as a run of 0.5% "steps" (each one's effect is below the minimum effect)."""
+
+    def creeping(pos: int, k: int) -> float:
+        level = 18.0 if pos < 20 else 27.0 * 1.005 ** (pos - 20)
+        return level * (1 + 0.005 * ((k % 3) - 1))
+
+    policy = Policy(min_launches=2, good_endpoint_launches=2, all_steps=True)
+    engine = Engine(path(64), policy)
+    drive(engine, creeping)
+    outcome = engine.outcome
+    assert outcome is not None and outcome.culprit is not None
+    assert [(c.first_bad.position, c.verified) for c in outcome.steps] == [(20, True)]
+    assert engine.creep(outcome.steps, outcome.seen) == [(20, 64)]
+    # a clean step has no creep beside it
+    clean = Engine(path(64), policy)
+    drive(clean, step(37))
+    assert clean.outcome is not None
+    assert clean.creep(clean.outcome.steps, clean.outcome.seen) == []
+
+
+def test_a_step_below_the_minimum_effect_is_not_verified() -> None:
+    engine = Engine(path(16), Policy(min_effect=0.05), threshold=18.3)
+    drive(engine, step(9, 18.0, 18.6))  # +3.3%: crosses the given threshold, too small a step
+    outcome = engine.outcome
+    assert outcome is not None and outcome.culprit is not None
+    assert outcome.culprit.first_bad.position == 9
+    assert not outcome.culprit.verified
+    assert "below the minimum effect" in (outcome.culprit.note or "")

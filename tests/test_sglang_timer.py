@@ -312,7 +312,9 @@ def test_released_sglang_has_what_proxy_launches_use(sglang_wheels: Path, versio
     assert draft_flag == (Version(version) >= FIRST_DRAFT_LOAD_FORMAT), version
     model_config = _source(sglang_wheels, version, "sglang/srt/configs/model_config.py")
     # `server_args.` up to 0.5.2x, a resolved view `cfg.` of it in 0.5.23
-    assert re.search(r"model_override_args=(server_args|cfg)\.json_model_override_args", model_config)
+    assert re.search(
+        r"model_override_args=(server_args|cfg)\.json_model_override_args", model_config
+    )
     assert "is_draft_model" in model_config  # one from_server_args builds target and draft
     eagle3 = _source(sglang_wheels, version, "sglang/srt/models/llama_eagle3.py")
     # Up to 0.5.1x it refuses other layer counts; 0.5.23 builds that many draft layers.

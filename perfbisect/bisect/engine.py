@@ -59,6 +59,12 @@ class Policy:
     verify_min_pairs: int = 1
     verify_max_pairs: int = 3
     verify_both: bool = False  # re-measure both sides of the bracket, not only the worse one
+    # The bracket's two sides launched back to back in pairs, judged by each pair's ratio: a
+    # shared machine's burst (several slow launches in a row) slows both launches of a pair,
+    # so it cannot fake a step the way it fakes a single launch's verdict.
+    paired_verify: bool = True
+    paired_min: int = 2  # pairs that must agree before a step is believed
+    paired_max: int = 4
     min_effect: float = 0.05  # endpoints must differ by at least this fraction of the good value
     higher_is_better: bool = False
     # A launch that fails at a configuration that has measured before is flaky (a server that
@@ -179,6 +185,7 @@ class _Segment:
 _Batch = list[LaunchRequest]
 _Search = Generator[_Batch, list[LaunchResult], None]
 _MAX_STEPS = 4  # steps reported at most: each further one costs a whole binary search
+_CORRECTED = -1  # from _verify: a verdict was corrected, the bracket moved (search on)
 
 
 class Engine:
@@ -201,6 +208,8 @@ class Engine:
         self.verify_notes: dict[tuple[int, int], str] = {}  # verifications that could not run
         self.unresolved_why: dict[tuple[int, int], str] = {}  # why a range was left open
         self.seen_gaps: list[tuple[int, int]] = []  # level changes seen, not searched
+        self.creep_gaps: list[tuple[int, int]] = []  # level gaps searched, with no one step
+        self.in_order: list[float] = []  # every launch value, in launch order
         self._rel_sd_at = -1
         self._rel_sd = 0.0
         self._exhausted: tuple[int, int] | None = None
@@ -231,6 +240,7 @@ class Engine:
             if result.ok:
                 assert result.value is not None
                 self.launches.setdefault(position, []).append(result.value)
+                self.in_order.append(result.value)
                 self._failing.pop(position, None)
                 continue
             reason = result.reason or "failed"
@@ -433,7 +443,10 @@ class Engine:
                 threshold = midpoint(self._level(seg_lo), self._level(seg_hi))
                 gap = seg.slice(seg_lo, seg_hi, threshold)
                 found = yield from self._bisect(gap, budgeted=True)
-                if found is not None:
+                if found is not None and not self._big_enough(found):
+                    # The gap's ends differ, its one "step" does not: the level crept.
+                    self.creep_gaps.append((seg_lo, seg_hi))
+                elif found is not None:
                     steps.append(found)
                     queue.append((gap, found))
                 elif self.outcome is not None and self.outcome.unresolved:
@@ -509,6 +522,29 @@ class Engine:
         if len(values) >= 3:
             return median(self._core(values))
         return max(values) if self.policy.higher_is_better else min(values)
+
+    def creep(
+        self, steps: Sequence[Culprit], seen: Sequence[tuple[int, int]]
+    ) -> list[tuple[int, int]]:
+        """Ranges beside the steps found where the level still moved by more than the minimum
+        effect (the whole interval beyond it, on launches of both ends) while no step or seen
+        level change lies inside: a gradual rise, or steps too small to search one by one."""
+        ordered = sorted((c.last_good.position, c.first_bad.position) for c in steps)
+        if not ordered:
+            return []
+        marks = [0, *[p for pair in ordered for p in pair], len(self.path) - 1]
+        explained = [*ordered, *seen]
+        out = list(self.creep_gaps)
+        for a, b in zip(marks[::2], marks[1::2]):
+            if a >= b or not self.launches.get(a) or not self.launches.get(b):
+                continue
+            if any(a <= x and y <= b for x, y in [*explained, *out]):
+                continue
+            if min(len(self.launches[a]), len(self.launches[b])) < 2:
+                continue
+            if self._clearly_worse(self.launches[a], self.launches[b], strict=True):
+                out.append((a, b))
+        return out
 
     def straddles(self, step: Culprit, threshold: float | None = None) -> bool:
         """Do the medians of the step's two sides lie on either side of the threshold?"""
@@ -786,6 +822,9 @@ class Engine:
             if (lo, hi) not in verified:
                 verified.add((lo, hi))
                 flipped = yield from self._verify(seg, lo, hi)
+                if flipped == _CORRECTED:
+                    verified.discard((lo, hi))
+                    continue
                 if flipped is not None:
                     if top:
                         which = "good" if flipped == seg.lo else "bad"
@@ -815,6 +854,11 @@ class Engine:
         ok, note = self._verification(lo, hi)
         return Culprit(self.point(lo), self.point(hi), effect, ok, note)
 
+    def _big_enough(self, step: Culprit) -> bool:
+        lo, hi = step.last_good.position, step.first_bad.position
+        worse = self._worse_by(self.launches[lo], self.launches[hi])
+        return worse.delta >= self.policy.min_effect * abs(median(self.launches[lo]))
+
     def _verification(self, lo: int, hi: int) -> tuple[bool, str | None]:
         """Verified only when the verification launches ran, agreed, and the effect's interval
         excludes zero; otherwise why not and what would settle it."""
@@ -827,17 +871,116 @@ class Engine:
                 f"the effect's interval [{worse.lo:+.4g}, {worse.hi:+.4g}] reaches zero; more "
                 f"interleaved launches of positions {lo} and {hi} would settle it"
             )
+        floor = self.policy.min_effect * abs(median(self.launches[lo]))
+        if worse.delta < floor:
+            return False, (
+                f"the effect {worse.delta:+.4g} is below the minimum effect "
+                f"({self.policy.min_effect:.0%}, {floor:.4g}): not a step of its own (creep?)"
+            )
         return True, None
+
+    def _pair_ratios(self, lo: int, hi: int, since: tuple[int, int]) -> list[float]:
+        """hi/lo per back-to-back pair launched since ``since`` (worse over better)."""
+        a = self.launches.get(lo, [])[since[0] :]
+        b = self.launches.get(hi, [])[since[1] :]
+        pairs = list(zip(a, b))
+        if self.policy.higher_is_better:
+            return [x / y for x, y in pairs if y > 0]
+        return [y / x for x, y in pairs if x > 0]
 
     def _verify(
         self, seg: _Segment, lo: int, hi: int
     ) -> Generator[_Batch, list[LaunchResult], int | None]:
+        if not self.policy.paired_verify:
+            return (yield from self._verify_single(seg, lo, hi))
+        if not self._slow_launches_seen(seg):
+            flipped = yield from self._verify_single(seg, lo, hi)
+            # A burst that began at the bracket's last launch shows in its verification.
+            if flipped is not None or not self._slow_launches_seen(seg):
+                return flipped
+        measured = len(self.launches.get(hi, []))
+        if (yield from self._verify_pairs(seg, lo, hi)):
+            return _CORRECTED
+        return (yield from self._verify_single(seg, lo, hi, measured))
+
+    def _verify_pairs(
+        self, seg: _Segment, lo: int, hi: int
+    ) -> Generator[_Batch, list[LaunchResult], bool]:
+        """Back-to-back pairs (lo, hi) until their ratios agree on a step or on none. No step:
+        the verdict that put the step here came from slow launches; the pair's common level
+        says which side of the threshold both are on, the misjudged one is corrected and the
+        search goes on (True). A step, or undecided: False, and the usual re-judging follows."""
+        since = (len(self.launches.get(lo, [])), len(self.launches.get(hi, [])))
+        floor = 1 + self.policy.min_effect
+        ends = (seg.lo, seg.hi)
+        while True:
+            yield self._request([lo, hi], Purpose.VERIFY)
+            if {lo, hi} & (self.skip_reason.keys() | self.gave_up):
+                return False
+            ratios = self._pair_ratios(lo, hi, since)
+            n = len(ratios)
+            # One pair is enough unless a launch of it lies beyond the segment's worse end:
+            # no configuration between the ends sits there, a slow launch (a burst) does.
+            need = self.policy.paired_min if self._beyond(seg, lo, hi, since) else 1
+            if n >= need and min(ratios) >= floor:
+                return False  # every pair shows the step
+            if n >= self.policy.paired_min and median(ratios) < 1 + self.policy.min_effect / 2:
+                break  # no step between them
+            if n >= self.policy.paired_max:
+                return False
+        if lo in ends and hi in ends:
+            return False
+        pooled = self._core([*self.launches[lo], *self.launches[hi]])
+        side = classify(self._estimate(pooled), seg.threshold, self.policy.higher_is_better)
+        if side is Verdict.BAD and lo not in ends:
+            self._set_verdict(lo, Verdict.BAD, seg)
+        elif hi not in ends:
+            self._set_verdict(hi, Verdict.GOOD if side is not None else Verdict.UNCLEAR, seg)
+        else:
+            return False
+        return True
+
+    def _slow_launches_seen(self, seg: _Segment) -> bool:
+        """Has this machine shown a burst: two launches in a row slower than any level can
+        explain (beyond the segment's worse end)? Then a bracket is verified in back-to-back
+        pairs; a machine with at most sporadic outliers verifies with one launch."""
+        worse_end = self.launches.get(seg.hi)
+        if not worse_end:
+            return False
+        level = self._level_of(worse_end)
+        margin = 1 + max(0.1, self.policy.noise.z * self.rel_sd())
+        hib = self.policy.higher_is_better
+        slow = [v * margin < level if hib else v > level * margin for v in self.in_order]
+        return any(a and b for a, b in itertools.pairwise(slow))
+
+    def _beyond(self, seg: _Segment, lo: int, hi: int, since: tuple[int, int]) -> bool:
+        """Does a launch of this verification lie clearly beyond the segment's worse end?"""
+        worse_end = self.launches.get(seg.hi)
+        if not worse_end:
+            return False
+        level = self._level_of(worse_end)
+        margin = 1 + max(0.1, self.policy.noise.z * self.rel_sd())
+        new = [*self.launches.get(lo, [])[since[0] :], *self.launches.get(hi, [])[since[1] :]]
+        if self.policy.higher_is_better:
+            return any(v * margin < level for v in new)
+        return any(v > level * margin for v in new)
+
+    def _verify_single(
+        self, seg: _Segment, lo: int, hi: int, measured: int | None = None
+    ) -> Generator[_Batch, list[LaunchResult], int | None]:
         """Interleaved A B A B launches of the adjacent pair, then re-judge both. Returns the
-        segment end whose verdict flipped (the levels cannot be trusted), else None."""
+        segment end whose verdict flipped (the levels cannot be trusted), else None. With
+        ``measured`` (hi's launches before the pairs of ``_verify_pairs``) the pairs were the
+        verification launches: only the re-judging remains."""
         pairs = 0
         ends = (seg.lo, seg.hi)
-        measured = len(self.launches.get(hi, []))
-        while True:
+        launch = measured is None
+        if measured is None:
+            measured = len(self.launches.get(hi, []))
+        if not launch and {lo, hi} & self.skip_reason.keys():
+            return None
+        v_lo, v_hi = self._decide(lo, seg), self._decide(hi, seg)
+        while launch:
             # Outlier launches are slow (throttling, contention, a bad NCCL ring), so they can
             # only make a point look worse: the BAD side's verdict is the suspect one. (Also
             # re-measuring the GOOD side cost 0.1 launches per evaluation and bought no accuracy

@@ -210,6 +210,7 @@ def build_report(
         warnings=tuple(_overlap_warnings(path, steps, threshold)),
         search="all steps" if engine.policy.all_steps else "crossing first",
         seen=tuple(_seen(engine, a, b) for a, b in outcome.seen),
+        creep=tuple(_creep(engine, a, b) for a, b in engine.creep(outcome.steps, outcome.seen)),
     )
 
 
@@ -222,6 +223,24 @@ def _seen(engine: Engine, a: int, b: int) -> Unresolved:
         pb.config.as_dict(),
         f"the level moves {levels} between positions {a} and {b}; not searched "
         "(`--all-steps` searches it)",
+    )
+
+
+def _creep(engine: Engine, a: int, b: int) -> Unresolved:
+    pa, pb = engine.point(a), engine.point(b)
+    assert pa.estimate is not None and pb.estimate is not None
+    rise = pb.estimate.median - pa.estimate.median
+    share = rise / pa.estimate.median if pa.estimate.median else 0.0
+    searched = (
+        "no single step above the minimum effect was found there"
+        if engine.policy.all_steps
+        else "no step was searched there (`--all-steps` searches it)"
+    )
+    return Unresolved(
+        pa.config.as_dict(),
+        pb.config.as_dict(),
+        f"the level moved by {rise:+.4g} ({share:+.1%}) between positions {a} and {b} outside "
+        f"the steps reported; {searched}: a gradual creep, or steps below the minimum effect",
     )
 
 

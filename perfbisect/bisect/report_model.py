@@ -289,6 +289,7 @@ class Report:
     search: str = "all steps"  # "crossing first" (the default) or "all steps" (--all-steps)
     reused_launches: tuple[int, ...] = ()  # this session's launches that reused earlier ones
     seen: tuple[Unresolved, ...] = ()  # level changes seen on the way, not searched
+    creep: tuple[Unresolved, ...] = ()  # level movement outside the steps, in no one step
     fidelity: Fidelity | None = None  # proxy launches: what they were, what the full model said
     report_version: int = REPORT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)  # fields of a newer version, kept
@@ -334,6 +335,7 @@ class Report:
             "search": self.search,
             "reused_launches": list(self.reused_launches),
             "seen_not_searched": [u.to_json() for u in self.seen],
+            "creep": [u.to_json() for u in self.creep],
             "fidelity": self.fidelity.to_json() if self.fidelity else None,
             **self.extra,
         }
@@ -376,6 +378,7 @@ class Report:
             search=str(data.get("search", "all steps")),
             reused_launches=tuple(int(i) for i in data.get("reused_launches", [])),
             seen=tuple(Unresolved.from_json(u) for u in data.get("seen_not_searched", [])),
+            creep=tuple(Unresolved.from_json(u) for u in data.get("creep", [])),
             fidelity=Fidelity.from_json(data.get("fidelity")),
             report_version=int(data.get("report_version", 1)),
             extra={k: v for k, v in data.items() if k not in known},

@@ -155,6 +155,11 @@ def render_report(report: Report, out: Console | None = None) -> None:
             f"[cyan]seen, not searched:[/] between {escape(cfg(u.good))} and "
             f"{escape(cfg(u.bad))}: {escape(u.why)}"
         )
+    for u in report.creep:
+        out.print(
+            f"[cyan]creep:[/] between {escape(cfg(u.good))} and {escape(cfg(u.bad))}: "
+            f"{escape(u.why)}"
+        )
     for u in report.unresolved:
         out.print(
             f"[yellow]unresolved:[/] between {escape(cfg(u.good))} (good) and "
