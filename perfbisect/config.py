@@ -19,6 +19,8 @@ COMMIT_AXIS = "commit"
 # configuration's context carries this mark, so its fingerprint, replay and reuse never mix
 # with the full model's.
 PROXY_MARK = "+proxy"
+# A launch without speculative decoding (``baseline = true``): its value is client tokens/s.
+BASELINE_MARK = "+nospec"
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,14 @@ class Configuration:
 
     def as_proxy(self) -> Configuration:
         return self if self.is_proxy else Configuration(self.values, self.context + PROXY_MARK)
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.context.endswith(BASELINE_MARK)
+
+    def as_baseline(self) -> Configuration:
+        full = self.as_full()
+        return Configuration(full.values, full.context + BASELINE_MARK)
 
     def as_full(self) -> Configuration:
         if not self.is_proxy:

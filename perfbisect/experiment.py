@@ -85,6 +85,8 @@ TARGET_SCHEMAS: dict[str, _Schema] = {
         # Proxy launches (targets/sglang/proxy.py): {layers = N, override?, model?, extra_args?}
         "proxy": ((dict,), False),
         "confirm": ((str,), False),  # "full" (default with a proxy) or "none"
+        # Launch the endpoints without speculative decoding too: speculation's speed-up.
+        "baseline": ((bool,), False),
         "timeout_s": (_NUMBER, False),
     },
 }

@@ -380,6 +380,23 @@ def session_html(store: Store, ref: str | None) -> str:
                 ],
             ),
         ]
+    if report.speculation:
+        parts += [
+            "<h2>Speculation against no speculation</h2>",
+            _table(
+                ["end", "configuration", "tokens/s with", "tokens/s without", "speed-up"],
+                [
+                    (
+                        r.end,
+                        cfg(r.config),
+                        ", ".join(num(v) for v in r.with_tokens_s),
+                        ", ".join(num(v) for v in r.without_tokens_s),
+                        f"{r.speedup:.2f}x" if r.speedup is not None else "-",
+                    )
+                    for r in report.speculation
+                ],
+            ),
+        ]
     if report.seen:
         parts += [
             "<h2>Seen, not searched</h2>",

@@ -321,3 +321,43 @@ def test_a_proxy_needs_a_model_folder(cli: Cli, tmp_path: Path) -> None:
     path.write_text(text)
     result = cli.run("bisect", "start", "--good", "graphs=on", "--bad", "graphs=off")
     assert result.returncode == 2 and "needs a proxy" in result.stderr
+
+
+def test_baseline_shows_speculation_against_no_speculation(
+    cli: Cli, tmp_path: Path, served_python: str
+) -> None:
+    """``baseline = true``: each endpoint is also served without the speculative flags; the
+    report gives the speed-up of speculation at both ends. In the stand-in a decode token costs
+    1 ms and a verify cycle (4 tokens) 2 ms with graphs, 6 ms without: speculation wins 2x at
+    the good end and loses at the bad one, the team's symptom."""
+    _experiment(tmp_path, served_python, ready="log")
+    path = tmp_path / "perfbisect.toml"
+    text = path.read_text().replace("tp = 2\n", "tp = 1\nbaseline = true\n")
+    path.write_text(text.replace("max_new_tokens = 16", "max_new_tokens = 64"))
+    report = cli.json(
+        "bisect", "start", "--good", "graphs=on", "--bad", "graphs=off", "--json", timeout=300
+    )
+    assert report["status"] == "found", report["message"]
+    good, bad = report["speculation"]
+    assert good["end"] == "good" and bad["end"] == "bad"
+    assert len(good["with_speculation_tokens_s"]) == len(good["without_speculation_tokens_s"]) == 2
+    assert good["speedup"] > 1.2, good
+    assert bad["speedup"] < 1.0, bad
+    launches = _launches(cli)
+    nospec = [
+        v
+        for v in launches
+        if v["purpose"] == "baseline"
+        and v["config"]
+        and any(f.startswith("baseline launch:") for f in v["flags"])
+    ]
+    assert len(nospec) == 4
+    argv = json.loads(
+        (Path(nospec[0]["log"]) / "serve.log")
+        .read_text()
+        .split("[stand-in] argv: ")[1]
+        .splitlines()[0]
+    )
+    assert not any(a.startswith("--speculative") for a in argv)
+    text = cli.run("bisect", "report").stdout
+    assert "speculation at the bad end" in text and "speculation is slower" in text

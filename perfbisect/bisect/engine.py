@@ -41,6 +41,7 @@ class Purpose(str, Enum):
     SEARCH = "search"
     VERIFY = "verify"
     CONFIRM = "confirm"  # a full-model launch confirming a proxy search's culprit
+    BASELINE = "baseline"  # an endpoint with and without speculative decoding
 
 
 class Status(str, Enum):

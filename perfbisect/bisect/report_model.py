@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+from perfbisect.bisect.baseline import SpeedupRow
 from perfbisect.bisect.stats import Difference, Verdict
 
 REPORT_VERSION = 2
@@ -290,6 +291,7 @@ class Report:
     reused_launches: tuple[int, ...] = ()  # this session's launches that reused earlier ones
     seen: tuple[Unresolved, ...] = ()  # level changes seen on the way, not searched
     creep: tuple[Unresolved, ...] = ()  # level movement outside the steps, in no one step
+    speculation: tuple[SpeedupRow, ...] = ()  # baseline = true: with/without speculation
     fidelity: Fidelity | None = None  # proxy launches: what they were, what the full model said
     report_version: int = REPORT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)  # fields of a newer version, kept
@@ -336,6 +338,7 @@ class Report:
             "reused_launches": list(self.reused_launches),
             "seen_not_searched": [u.to_json() for u in self.seen],
             "creep": [u.to_json() for u in self.creep],
+            "speculation": [r.to_json() for r in self.speculation],
             "fidelity": self.fidelity.to_json() if self.fidelity else None,
             **self.extra,
         }
@@ -379,6 +382,7 @@ class Report:
             reused_launches=tuple(int(i) for i in data.get("reused_launches", [])),
             seen=tuple(Unresolved.from_json(u) for u in data.get("seen_not_searched", [])),
             creep=tuple(Unresolved.from_json(u) for u in data.get("creep", [])),
+            speculation=tuple(SpeedupRow.from_json(r) for r in data.get("speculation", [])),
             fidelity=Fidelity.from_json(data.get("fidelity")),
             report_version=int(data.get("report_version", 1)),
             extra={k: v for k, v in data.items() if k not in known},

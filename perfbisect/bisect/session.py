@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -16,6 +17,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+from perfbisect.bisect.baseline import BaselineRuns, SpeedupRow
 from perfbisect.bisect.confirm import Confirmation, PairToConfirm
 from perfbisect.bisect.engine import (
     Engine,
@@ -544,8 +546,13 @@ def _drive(
     log_root = session_log_root(session_id, log_key)
     driver = _Driver(store, session_id, experiment, options, progress, log_root)
     progress.started(session_id, len(path), expected_steps(len(path)))
+    baseline = experiment.target.kind == "sglang" and bool(
+        experiment.target.options.get("baseline")
+    )
     try:
         phases = _run_phases(driver, path, plans, options, experiment)
+        if baseline:
+            driver.run(BaselineRuns([(0, path[0]), (len(path) - 1, path[-1])]))
     except KeyboardInterrupt:
         driver.close()
         records.set_session_status(store, session_id, records.INTERRUPTED)
@@ -578,6 +585,8 @@ def _drive(
     )
     if phases.proxy is not None:
         report = with_fidelity(report, phases, launches)
+    if baseline:
+        report = replace(report, speculation=speedups(path[0], path[-1], launches))
     records.set_session_status(
         store,
         session_id,
@@ -586,6 +595,34 @@ def _drive(
         params={"derived_threshold": outcome.threshold},
     )
     return report
+
+
+_CLIENT_TOKENS = re.compile(r"^client tokens/s ([0-9.]+)$")
+
+
+def speedups(
+    good: Configuration, bad: Configuration, launches: list[LaunchView]
+) -> tuple[SpeedupRow, ...]:
+    """Client tokens/s with and without speculation at each end, from the baseline launches."""
+    rows = []
+    for end, config in (("good", good), ("bad", bad)):
+        spec, nospec = config.as_full().fingerprint, config.as_baseline().fingerprint
+        with_s = [
+            float(m.group(1))
+            for v in launches
+            if v.purpose == Purpose.BASELINE.value and v.fingerprint == spec
+            for f in v.flags
+            if (m := _CLIENT_TOKENS.match(str(f)))
+        ]
+        without_s = [
+            v.value
+            for v in launches
+            if v.purpose == Purpose.BASELINE.value
+            and v.fingerprint == nospec
+            and v.value is not None
+        ]
+        rows.append(SpeedupRow(end, config.as_dict(), tuple(with_s), tuple(without_s)))
+    return tuple(rows)
 
 
 def with_fidelity(report: Report, phases: _Phases, launches: list[LaunchView]) -> Report:

@@ -150,6 +150,20 @@ def render_report(report: Report, out: Console | None = None) -> None:
             out.print(f"    {_step_line(st, unit)}{mark}")
     if report.fidelity is not None:
         _fidelity(out, report.fidelity, unit)
+    for spec in report.speculation:
+        ratio = f"{spec.speedup:.2f}x" if spec.speedup is not None else "-"
+        verdict = (
+            " ([yellow]speculation is slower[/])"
+            if spec.speedup is not None and spec.speedup < 1
+            else ""
+        )
+        out.print(
+            f"speculation at the {spec.end} end ({escape(cfg(spec.config))}): {ratio}{verdict}; "
+            "client tokens/s with "
+            + (", ".join(num(v) for v in spec.with_tokens_s) or "-")
+            + ", without "
+            + (", ".join(num(v) for v in spec.without_tokens_s) or "-")
+        )
     for u in report.seen:
         out.print(
             f"[cyan]seen, not searched:[/] between {escape(cfg(u.good))} and "

@@ -65,6 +65,12 @@ _ACCEPT = re.compile(r"accept_length=([0-9.]+)")
 _TOKENS = re.compile(r"tokens_per_s=([0-9.]+)")
 
 
+def client_tokens_per_s(output: str) -> float | None:
+    """The workload's client-side tokens/s (its ``summary`` line), if it printed one."""
+    tokens = _TOKENS.search(output)
+    return float(tokens.group(1)) if tokens else None
+
+
 def verify_samples(output: str) -> tuple[list[float], list[str]]:
     """Samples (one per cycle) and notes from a measure stage's output: ``verify {...}`` lines
     plus an optional ``summary ... accept_length=A tokens_per_s=T`` line."""

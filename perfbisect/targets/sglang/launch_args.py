@@ -34,20 +34,20 @@ def checkout_version(pyproject_text: str, version_py: str | None) -> Version | N
 
 
 def server_argv(
-    python: str, version: Version | None, options: Mapping[str, Any], port: str
+    python: str,
+    version: Version | None,
+    options: Mapping[str, Any],
+    port: str,
+    speculative_decoding: bool = True,
 ) -> list[str]:
-    """``python -m sglang.launch_server`` with EAGLE-3 speculative decoding and TP."""
+    """``python -m sglang.launch_server`` with EAGLE-3 speculative decoding (unless a baseline
+    launch) and TP."""
     if version is not None and version < FIRST_EAGLE3:
         raise StepFailed(
             "build",
             f"SGLang {version} has no EAGLE-3 (it arrived in {FIRST_EAGLE3}): pick a later commit",
         )
-    argv = [
-        python,
-        "-m",
-        "sglang.launch_server",
-        "--model-path",
-        str(options["model"]),
+    speculative = [
         "--speculative-algorithm",
         "EAGLE3",
         "--speculative-draft-model-path",
@@ -58,6 +58,14 @@ def server_argv(
         str(options.get("speculative_eagle_topk", 1)),
         "--speculative-num-draft-tokens",
         str(options.get("speculative_num_draft_tokens", 4)),
+    ]
+    argv = [
+        python,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(options["model"]),
+        *(speculative if speculative_decoding else []),
         "--tp-size",
         str(options.get("tp", 1)),  # never the prefix --tp
         "--host",

@@ -15,7 +15,7 @@ from perfbisect.config import Configuration
 from perfbisect.errors import StepFailed
 from perfbisect.experiment import Experiment, TargetSpec
 from perfbisect.hosts.base import Host, default_python
-from perfbisect.probes.verify_timer import verify_samples
+from perfbisect.probes.verify_timer import client_tokens_per_s, verify_samples
 from perfbisect.targets.base import BuildInfo, Measurement
 from perfbisect.targets.command import CommandTarget
 from perfbisect.targets.readiness import LOG_PREFIX
@@ -51,6 +51,7 @@ class SglangTarget(CommandTarget):
         self.proxy = ProxySpec.of(self.sglang)
         self._proxy_model: str | None = None  # set while a proxy launch is being prepared
         self._notes: list[str] = []  # what this launch's preparation says about it
+        self._baseline = False  # this launch runs without speculative decoding
         self.experiment = replace(
             experiment, target=TargetSpec("sglang", self.options, experiment.target.repo)
         )
@@ -86,7 +87,7 @@ class SglangTarget(CommandTarget):
         if self._proxy_model is not None and self.proxy is not None:
             options["model"] = self._proxy_model
             options["extra_args"] = [*options["extra_args"], *proxy_args(self.proxy, version)]
-        argv = server_argv(python, version, options, "{port}")
+        argv = server_argv(python, version, options, "{port}", not self._baseline)
         serve = "PERFBISECT_VERIFY_TIMER_DIR={timing} exec " + shell_command(argv)
         workload = [
             shlex.quote(python),
@@ -204,22 +205,33 @@ class SglangTarget(CommandTarget):
         return python, version, location, site
 
     def _samples(self, output: str) -> tuple[list[float], list[str]]:
+        if self._baseline:  # no speculation, no verify: the value is the client's tokens/s
+            tokens = client_tokens_per_s(output)
+            note = "baseline launch: no speculative decoding; value = client tokens/s"
+            return ([tokens] if tokens is not None else []), [note]
         return verify_samples(output)
 
     def _sample_source(self) -> str:
+        if self._baseline:
+            return "no workload summary line (tokens_per_s=...)"
         return "no verify timer lines (is the timer installed and PERFBISECT_VERIFY_TIMER_DIR set?)"
 
     def launch(self, config: Configuration, log_dir: str, on_stage: Any = None) -> Measurement:
         if config.is_proxy and self.proxy is None:
             raise StepFailed("build", "a proxy launch was asked for, but [target] has no proxy")
+        if config.is_baseline and not self.sglang.get("baseline"):
+            raise StepFailed("build", "a baseline launch was asked for, but baseline is not set")
         self._proxy_model = "" if config.is_proxy else None
+        self._baseline = config.is_baseline
         self._notes = []
         try:
             measured = super().launch(config, log_dir, on_stage)
         finally:
             self._proxy_model = None
+            self._baseline = False
         measured.flags.extend(self._notes)
         measured.snapshot["fidelity"] = "proxy" if config.is_proxy else "full"
+        measured.snapshot["speculative"] = not config.is_baseline
         log_file = Path(log_dir) / "serve.log"
         log = log_file.read_text(errors="replace") if log_file.exists() else ""
         measured.flags.extend(log_notes(log))

@@ -30,14 +30,24 @@ class Batch:
     batch_size = 1
 
 
+class DecodeMode:
+    def is_target_verify(self):
+        return False
+
+
+class DecodeBatch:
+    forward_mode = DecodeMode()
+    batch_size = 1
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model-path", required=True)
-    p.add_argument("--speculative-algorithm", required=True)
-    p.add_argument("--speculative-draft-model-path", required=True)
-    p.add_argument("--speculative-num-steps", type=int, required=True)
-    p.add_argument("--speculative-eagle-topk", type=int, required=True)
-    p.add_argument("--speculative-num-draft-tokens", type=int, required=True)
+    p.add_argument("--speculative-algorithm")
+    p.add_argument("--speculative-draft-model-path")
+    p.add_argument("--speculative-num-steps", type=int)
+    p.add_argument("--speculative-eagle-topk", type=int)
+    p.add_argument("--speculative-num-draft-tokens", type=int)
     p.add_argument("--tp-size", type=int, required=True)
     p.add_argument("--host", required=True)
     p.add_argument("--port", type=int, required=True)
@@ -62,7 +72,11 @@ def main():
     if args.stand_in_slow_weights and args.load_format != "dummy":
         cost += 3.0
     runners = [ModelRunner(r, cost, graph) for r in range(args.tp_size)]
-    accept = args.speculative_num_draft_tokens
+    speculative = args.speculative_algorithm is not None
+    accept = args.speculative_num_draft_tokens if speculative else 1
+    # Without speculation every token is one decode forward (1 ms per 8 layers, graphs or
+    # not): a stand-in's numbers, chosen so that speculation wins at 2 ms verify and loses at 6.
+    decoders = [ModelRunner(r, 1.0 * layers / 8, graph) for r in range(args.tp_size)]
     lock = threading.Lock()
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -82,8 +96,8 @@ def main():
             tokens = body["sampling_params"]["max_new_tokens"]
             with lock:  # one verify at a time, as one GPU stream would
                 for _ in range(max(1, tokens // accept)):
-                    for runner in runners:
-                        runner.forward(Batch())
+                    for runner in runners if speculative else decoders:
+                        runner.forward(Batch() if speculative else DecodeBatch())
                 print(
                     f"[stand-in] Decode batch, #running-req: 1, #token: {tokens}, token usage: "
                     f"0.01, accept len: {accept:.2f}, accept rate: 1.00, cuda graph: {graph}, "
