@@ -87,6 +87,7 @@ TARGET_SCHEMAS: dict[str, _Schema] = {
         "confirm": ((str,), False),  # "full" (default with a proxy) or "none"
         # Launch the endpoints without speculative decoding too: speculation's speed-up.
         "baseline": ((bool,), False),
+        "baseline_rounds": ((int,), False),  # with/without pairs per endpoint (default 2)
         "timeout_s": (_NUMBER, False),
     },
 }

@@ -54,14 +54,14 @@ class SpeedupRow:
 class BaselineRuns:
     """With and without speculation, interleaved, at each endpoint."""
 
-    def __init__(self, ends: Sequence[tuple[int, Configuration]]) -> None:
+    def __init__(self, ends: Sequence[tuple[int, Configuration]], rounds: int = ROUNDS) -> None:
         self._batches: list[list[LaunchRequest]] = [
             [
                 LaunchRequest(position, config.as_full(), Purpose.BASELINE),
                 LaunchRequest(position, config.as_baseline(), Purpose.BASELINE),
             ]
             for position, config in ends
-            for _ in range(ROUNDS)
+            for _ in range(max(1, rounds))
         ]
         self.launch_count = 0
 

@@ -552,7 +552,8 @@ def _drive(
     try:
         phases = _run_phases(driver, path, plans, options, experiment)
         if baseline:
-            driver.run(BaselineRuns([(0, path[0]), (len(path) - 1, path[-1])]))
+            rounds = int(experiment.target.options.get("baseline_rounds", 2))
+            driver.run(BaselineRuns([(0, path[0]), (len(path) - 1, path[-1])], rounds))
     except KeyboardInterrupt:
         driver.close()
         records.set_session_status(store, session_id, records.INTERRUPTED)
