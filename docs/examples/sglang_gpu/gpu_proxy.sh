@@ -35,7 +35,7 @@ case "$1" in
     python3 - <<'PY' 2>&1 | tee "$OUT/smoke.txt"
 import json, pathlib
 c = json.loads(pathlib.Path("/tmp/models/dsv3/config.json").read_text())
-c.update(num_hidden_layers=4, n_routed_experts=16)
+c.update(num_hidden_layers=8, n_routed_experts=16)
 d = pathlib.Path("/tmp/models/dsv3-proxy-smoke"); d.mkdir(exist_ok=True)
 (d / "config.json").write_text(json.dumps(c))
 for t in ("tokenizer.json", "tokenizer_config.json"):
