@@ -158,7 +158,7 @@ def test_newer_schema_is_refused(setup: tuple[Cli, list[str]], tmp_path: Path) -
     assert "written by a newer perfbisect (schema revision 9999" in one_line_error(result)
 
 
-def test_second_session_is_refused_while_one_runs(cli: Cli, tmp_path: Path) -> None:
+def test_second_session_on_the_same_host_is_refused_with_no_wait(cli: Cli, tmp_path: Path) -> None:
     repo = make_repo(
         tmp_path / "repo",
         [{"value": "10", "measure.py": "import time\ntime.sleep(60)\n"}, {"value": "30"}],
@@ -180,10 +180,13 @@ def test_second_session_is_refused_while_one_runs(cli: Cli, tmp_path: Path) -> N
         deadline = time.monotonic() + 30
         while sessions_in(tmp_path) == 0 and time.monotonic() < deadline:
             time.sleep(0.2)
-        result = cli.run("bisect", "start", "--good", repo.shas[0], "--bad", repo.shas[1])
+        result = cli.run(
+            "bisect", "start", "--good", repo.shas[0], "--bad", repo.shas[1], "--no-wait"
+        )
         assert result.returncode == 1
         line = one_line_error(result)
-        assert "session 1 is running on this database" in line and str(first.pid) in line
+        assert "host local:" in line and "is in use by session 1" in line
+        assert str(first.pid) in line and "--no-wait refuses" in line
         assert sessions_in(tmp_path) == 1
         first.send_signal(signal.SIGINT)  # Ctrl-C: the running measure is stopped too
         first.wait(timeout=30)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import socket
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -108,6 +109,15 @@ def expected_steps(path_length: int) -> int:
     return 2 + max(0, math.ceil(math.log2(max(path_length - 1, 1)))) + 2
 
 
+def measurement_hosts(experiment: Experiment) -> list[str]:
+    """The hosts a session of this experiment measures on: what two sessions must not share
+    at once (``local`` is this machine, named)."""
+    addresses = [experiment.host.address]
+    if experiment.driver is not None:
+        addresses += list(experiment.driver.hosts.values())
+    return sorted({f"local:{socket.gethostname()}" if a == "local" else a for a in addresses})
+
+
 def start(
     store: Store,
     *,
@@ -117,6 +127,7 @@ def start(
     options: SearchOptions,
     name: str | None = None,
     progress: Progress | None = None,
+    wait: records.HostWait | None = None,
 ) -> Report:
     """Validate everything, create the session, run it. Bad input stores nothing."""
     experiment = load_experiment(experiment_path)
@@ -141,6 +152,8 @@ def start(
         path=[c.as_dict() for c in endpoints.path],
         experiment_path=str(experiment.path),
         experiment_text=redact_toml(experiment.text),
+        hosts=measurement_hosts(experiment),
+        wait=wait,
     )
     return _drive(
         store,
@@ -171,9 +184,14 @@ def dry_run(*, experiment_path: Path, good: str, bad: str) -> dict[str, Any]:
         target.close()
 
 
-def resume(store: Store, ref: str | None, progress: Progress | None = None) -> Report:
+def resume(
+    store: Store,
+    ref: str | None,
+    progress: Progress | None = None,
+    wait: records.HostWait | None = None,
+) -> Report:
     row = find_session(store, ref)
-    records.claim_existing_session(store, row.id)
+    records.claim_existing_session(store, row.id, wait)
     experiment = load_experiment(row.experiment_path)
     if _digest(experiment.text) != row.params.get("experiment_sha256"):
         raise ExperimentError(
@@ -439,6 +457,7 @@ class _Driver:
             self.target = make_target(self.experiment, cache_dir())
 
         def on_stage(name: str) -> None:
+            records.heartbeat(self.store, self.session_id)
             self.progress.stage(request, name)
 
         result = _measure(

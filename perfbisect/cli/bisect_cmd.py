@@ -22,6 +22,24 @@ app = typer.Typer(
 
 JSON = typer.Option(False, "--json", help="Print one JSON object instead of the report.")
 SESSION = typer.Argument(None, help="Session id or name (default: the newest).")
+NO_WAIT = typer.Option(
+    False,
+    "--no-wait",
+    help="Refuse at once when another session is measuring on one of this session's hosts "
+    "(default: wait for it, saying for which session).",
+)
+
+
+def _host_wait(no_wait: bool) -> Any:
+    """Waiting for a busy host is said on stderr, once per blocking session."""
+    import sys
+
+    from perfbisect.store.records import HostWait
+
+    def say(message: str) -> None:
+        print(f"perfbisect: {message}", file=sys.stderr, flush=True)
+
+    return HostWait(wait=not no_wait, on_wait=say)
 
 
 def _finish(report: Report, as_json: bool, plot: str | None = None) -> None:
@@ -76,6 +94,7 @@ def start(
         "experiment on this host (default: reused when at most 7 days old).",
     ),
     name: str | None = typer.Option(None, "--name", help="A name for the session."),
+    no_wait: bool = NO_WAIT,
     as_json: bool = JSON,
     plot: str | None = typer.Option(None, "--plot", help="Also write a PNG plot here."),
     dry_run: bool = typer.Option(
@@ -111,18 +130,25 @@ def start(
             ),
             name=name,
             progress=progress,
+            wait=_host_wait(no_wait),
         ),
     )
     _finish(report, as_json, plot)
 
 
 @app.command()
-def resume(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JSON) -> None:
+def resume(
+    ctx: typer.Context,
+    session: str | None = SESSION,
+    no_wait: bool = NO_WAIT,
+    as_json: bool = JSON,
+) -> None:
     """Continue an interrupted session without re-measuring finished steps."""
     from perfbisect.bisect.session import resume as resume_session
 
     store = ctx_store(ctx)
-    _finish(_run(as_json, lambda progress: resume_session(store, session, progress)), as_json)
+    wait = _host_wait(no_wait)
+    _finish(_run(as_json, lambda progress: resume_session(store, session, progress, wait)), as_json)
 
 
 @app.command()

@@ -6,7 +6,8 @@ import hashlib
 import json
 import os
 import socket
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -181,6 +182,23 @@ def record_step(
         )
 
 
+@dataclass(frozen=True)
+class HostWait:
+    """How a session that needs a busy host behaves: wait (saying for whom) or refuse."""
+
+    wait: bool = True
+    timeout_s: float = 6 * 3600.0
+    poll_s: float = 2.0
+    on_wait: Callable[[str], None] | None = None  # told once per blocking session
+
+
+def session_hosts(row: SessionRow) -> list[str]:
+    """The measurement hosts a session holds (sessions from before host locks: its owner's
+    machine, where their launches ran by default)."""
+    hosts = (row.params or {}).get("hosts")
+    return [str(h) for h in hosts] if hosts else [f"local:{row.owner_host}"]
+
+
 def claim_new_session(
     store: Store,
     *,
@@ -191,36 +209,50 @@ def claim_new_session(
     path: list[Any],
     experiment_path: str,
     experiment_text: str,
+    hosts: Sequence[str] = (),
+    wait: HostWait | None = None,
 ) -> int:
-    """Create a running session, refusing if another live session is running here."""
+    """Create a running session once none of its measurement hosts is in use by another live
+    session: sessions on other hosts run at once on one database; one that needs a busy host
+    waits for it (or is refused with ``wait.wait = False``)."""
+    params = {**params, "hosts": list(hosts) or [f"local:{socket.gethostname()}"]}
     with store.transaction() as db:
-        _refuse_if_busy(db)
         if (
             name is not None
             and db.scalars(select(SessionRow).where(SessionRow.name == name)).first()
         ):
             raise StoreError(f"a session named {name!r} already exists; choose another --name")
-        row = SessionRow(
-            name=name,
-            status=RUNNING,
-            good=dict(good),
-            bad=dict(bad),
-            params=dict(params),
-            path=path,
-            experiment_path=experiment_path,
-            experiment_text=experiment_text,
-            owner_host=socket.gethostname(),
-            owner_pid=os.getpid(),
-        )
-        db.add(row)
-        db.flush()
-        return row.id
+
+    def insert() -> int:
+        with store.transaction() as db:
+            row = SessionRow(
+                name=name,
+                status=RUNNING,
+                good=dict(good),
+                bad=dict(bad),
+                params=dict(params),
+                path=path,
+                experiment_path=experiment_path,
+                experiment_text=experiment_text,
+                owner_host=socket.gethostname(),
+                owner_pid=os.getpid(),
+            )
+            db.add(row)
+            db.flush()
+            return row.id
+
+    def withdraw(session_id: int) -> None:
+        with store.transaction() as db:
+            row = db.get(SessionRow, session_id)
+            if row is not None:
+                db.delete(row)
+
+    return _claim(store, params["hosts"], wait or HostWait(), insert, withdraw)
 
 
-def claim_existing_session(store: Store, session_id: int) -> None:
-    """Take over an interrupted session for resume."""
+def claim_existing_session(store: Store, session_id: int, wait: HostWait | None = None) -> None:
+    """Take over an interrupted session for resume (its hosts locked as a new session's)."""
     with store.transaction() as db:
-        _refuse_if_busy(db, allow=session_id)
         row = db.get(SessionRow, session_id)
         if row is None:
             raise SessionNotFound(f"session {session_id} does not exist")
@@ -228,28 +260,103 @@ def claim_existing_session(store: Store, session_id: int) -> None:
             raise StoreError(
                 f"session {session_id} is finished; see `perfbisect bisect report {session_id}`"
             )
-        row.status = RUNNING
-        row.owner_host = socket.gethostname()
-        row.owner_pid = os.getpid()
-        row.heartbeat_at = row.updated_at = utcnow()
-
-
-def _refuse_if_busy(db: Session, allow: int | None = None) -> None:
-    """Raise if a live process runs a session here; mark sessions of dead owners interrupted."""
-    del allow  # a session being resumed is refused too while its old owner is alive
-    for row in db.scalars(select(SessionRow).where(SessionRow.status == RUNNING)):
-        if row.owner_host == socket.gethostname():
-            alive = row.owner_pid != os.getpid() and _pid_alive(row.owner_pid)
-        else:
-            alive = utcnow() - row.heartbeat_at < STALE_AFTER
-        if alive:
-            label = f"{row.id}" + (f" ({row.name})" if row.name else "")
+        if row.status == RUNNING and _alive(row):
             raise SessionBusy(
-                f"session {label} is running on this database (pid {row.owner_pid} on "
-                f"{row.owner_host}); wait for it, or stop it and use `perfbisect bisect resume`"
+                f"session {_label(row)} is running (pid {row.owner_pid} on {row.owner_host}); "
+                "wait for it, or stop it first"
             )
-        # The owner died without cleaning up (kill -9, power loss): resumable.
-        row.status = INTERRUPTED
+        hosts = session_hosts(row)
+        previous = row.status
+
+    def take() -> int:
+        with store.transaction() as db:
+            row = db.get(SessionRow, session_id)
+            assert row is not None
+            row.status = RUNNING
+            row.owner_host = socket.gethostname()
+            row.owner_pid = os.getpid()
+            row.heartbeat_at = row.updated_at = utcnow()
+        return session_id
+
+    def release(_: int) -> None:
+        set_session_status(store, session_id, previous)
+
+    _claim(store, hosts, wait or HostWait(), take, release, exclude=session_id)
+
+
+def _claim(
+    store: Store,
+    hosts: Sequence[str],
+    wait: HostWait,
+    take: Callable[[], int],
+    release: Callable[[int], None],
+    exclude: int | None = None,
+) -> int:
+    """Optimistic host locking that needs nothing but the sessions table (SQLite and
+    PostgreSQL alike): take the hosts when no live session holds one, then look again; of two
+    sessions that took a host at the same moment, the one with the higher id gives it back and
+    waits. Returns the session id."""
+    deadline = time.monotonic() + wait.timeout_s
+    told: set[int] = set()
+    while True:
+        blocker = _blocking(store, hosts, exclude)
+        if blocker is None:
+            session_id = take()
+            blocker = _blocking(store, hosts, session_id, below=session_id)
+            if blocker is None:
+                return session_id
+            release(session_id)
+        blocking_id, message = blocker
+        if not wait.wait:
+            raise SessionBusy(f"{message}; --no-wait refuses instead of waiting")
+        if time.monotonic() > deadline:
+            raise SessionBusy(f"{message}; gave up waiting after {wait.timeout_s:.0f}s")
+        if blocking_id not in told and wait.on_wait is not None:
+            told.add(blocking_id)
+            wait.on_wait(f"waiting: {message}")
+        time.sleep(wait.poll_s)
+
+
+def _blocking(
+    store: Store, hosts: Sequence[str], exclude: int | None, below: int | None = None
+) -> tuple[int, str] | None:
+    """A live running session (other than ``exclude``; with ``below``, only an older one)
+    that holds one of ``hosts``: its id and a sentence naming it; sessions whose owner died
+    are marked interrupted on the way (resumable)."""
+    wanted = set(hosts)
+    with store.transaction() as db:
+        for row in db.scalars(select(SessionRow).where(SessionRow.status == RUNNING)):
+            if row.id == exclude or (below is not None and row.id > below):
+                continue
+            shared = sorted(wanted & set(session_hosts(row)))
+            if not shared:
+                continue
+            if not _alive(row):
+                row.status = INTERRUPTED  # kill -9, power loss: resumable
+                continue
+            return row.id, (
+                f"host {shared[0]} is in use by session {_label(row)} (pid {row.owner_pid} on "
+                f"{row.owner_host}); this database's other hosts are free"
+            )
+    return None
+
+
+def _alive(row: SessionRow) -> bool:
+    if row.owner_host == socket.gethostname():
+        return row.owner_pid != os.getpid() and _pid_alive(row.owner_pid)
+    return utcnow() - row.heartbeat_at < STALE_AFTER
+
+
+def _label(row: SessionRow) -> str:
+    return f"{row.id}" + (f" ({row.name})" if row.name else "")
+
+
+def heartbeat(store: Store, session_id: int) -> None:
+    """The session's owner is alive (long launches would otherwise look stale elsewhere)."""
+    with store.transaction() as db:
+        row = db.get(SessionRow, session_id)
+        if row is not None:
+            row.heartbeat_at = utcnow()
 
 
 def set_session_status(
