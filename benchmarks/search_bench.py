@@ -193,6 +193,7 @@ class Result:
     launches: int
     all_steps: bool = False  # every level change named (only perfbisect reports several)
     phantom: bool = False  # a step was claimed where the level does not change
+    rounds: int = 0  # batches of launches (launched at once with several slots)
 
 
 def run_perfbisect(world: World, n: int, policy: Policy) -> Result:
@@ -223,6 +224,7 @@ def run_perfbisect(world: World, n: int, policy: Policy) -> Result:
         outcome.launches,
         named == world.all_steps(),
         any(p not in real for p in named),
+        engine.rounds,
     )
 
 
@@ -319,6 +321,39 @@ def strategies() -> list[tuple[str, Callable[[World, int], Result]]]:
     ]
 
 
+SLOTS = (1, 2, 4, 8)
+SLOT_SCENARIOS = (
+    ("single step, shift 4%, outliers 3%", single_step),
+    ("single step, given threshold, outliers 1.3-2x", given_threshold_slow_outliers),
+)
+
+
+def rounds_table(trials: int, n: int, seed: int) -> None:
+    """Rounds of concurrent launches and launches for S slots (k-ary search), one run."""
+    print(
+        f"N = {n} commits, {trials} trials per row, seed {seed}; target: rounds <= "
+        "ceil(log_(S+1) N) + 4, accuracy unchanged\n"
+    )
+    print("| scenario | slots | accuracy | rounds | target rounds | launches |")
+    print("|---|---|---|---|---|---|")
+    for scenario, make in SLOT_SCENARIOS:
+        for slots in SLOTS:
+            results = []
+            for trial in range(trials):
+                rng = random.Random(seed * 1_000_003 + trial)
+                results.append(
+                    run_perfbisect(make(n, rng, 0.04, 0.03, False), n, Policy(slots=slots))
+                )
+            accuracy = sum(r.correct for r in results) / len(results)
+            rounds = statistics.fmean(r.rounds for r in results)
+            launches = statistics.fmean(r.launches for r in results)
+            target = math.ceil(math.log(n, slots + 1) - 1e-9) + 4
+            print(
+                f"| {scenario} | {slots} | {accuracy:.1%} | {rounds:.2f} | {target} "
+                f"| {launches:.2f} |"
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=200)
@@ -327,8 +362,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--only", default="", help="scenarios whose name contains this")
     parser.add_argument("--perfbisect-only", action="store_true", help="skip the baselines")
+    parser.add_argument(
+        "--rounds", action="store_true", help="rounds vs slots (k-ary search) instead"
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    if args.rounds:
+        rounds_table(args.trials, args.n, args.seed)
+        print(f"\n({time.perf_counter() - started:.1f} s)", file=sys.stderr)
+        return 0
     rows = []
     for scenario, make, shift, outliers, failures in SCENARIOS:
         if args.only not in scenario:

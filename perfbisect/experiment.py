@@ -121,7 +121,13 @@ LAUNCH_SCHEMA: _Schema = {
     "python": ((str,), False),
 }
 LAUNCH_METHODS = ("direct", "tmux", "ssh", "sitecustomize")
-TOP_LEVEL = {"target", "metric", "axes", "env", "host", "launch"}
+TOP_LEVEL = {"target", "metric", "axes", "env", "host", "launch", "executor"}
+EXECUTOR_KINDS = ("local", "hosts")
+EXECUTOR_SCHEMA: _Schema = {
+    "kind": ((str,), False),
+    "slots": ((int,), False),
+    "hosts": ((list,), False),
+}
 
 
 @dataclass(frozen=True)
@@ -193,6 +199,17 @@ class LaunchSettings:
 
 
 @dataclass(frozen=True)
+class ExecutorSettings:
+    """``[executor]``: how many launches run at once, and where. ``local``: ``slots`` launches
+    at once on the experiment's host (1 by default: one at a time). ``hosts``: a pool of ssh
+    hosts, one launch per host at a time (``slots`` defaults to the pool's size)."""
+
+    kind: str = "local"
+    slots: int = 1
+    hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Experiment:
     path: Path
     text: str
@@ -206,6 +223,7 @@ class Experiment:
     driver: DriverSettings | None = None
     host: HostSettings = field(default_factory=HostSettings)
     launch: LaunchSettings = field(default_factory=LaunchSettings)
+    executor: ExecutorSettings = field(default_factory=ExecutorSettings)
 
     @property
     def directory(self) -> Path:
@@ -398,6 +416,7 @@ def parse_experiment(doc: Mapping[str, Any], path: Path, text: str) -> Experimen
         driver=driver,
         host=_parse_host(check, doc, path),
         launch=_parse_launch(check, doc),
+        executor=_parse_executor(check, doc),
     )
 
 
@@ -421,6 +440,30 @@ def _parse_host(check: _Checker, doc: Mapping[str, Any], path: Path) -> HostSett
         accept_new_host_key=bool(table.get("accept_new_host_key", False)),
         retry_s=float(table.get("retry_s", 300.0)),
     )
+
+
+def _parse_executor(check: _Checker, doc: Mapping[str, Any]) -> ExecutorSettings:
+    table = check.table(doc, ("executor",), required=False)
+    check.check(table, ("executor",), EXECUTOR_SCHEMA)
+    kind = str(table.get("kind", "local"))
+    if kind not in EXECUTOR_KINDS:
+        raise check.fail(
+            ("executor",), "kind", f"must be one of {', '.join(EXECUTOR_KINDS)} (slurm: not yet)"
+        )
+    hosts = tuple(str(h) for h in table.get("hosts", []))
+    for h in hosts:
+        if not h.startswith("ssh://"):
+            raise check.fail(("executor",), "hosts", f"{h!r} is not ssh://[user@]host[:port]")
+    if kind == "hosts" and not hosts:
+        raise check.fail(("executor",), "hosts", 'kind = "hosts" needs a list of ssh:// hosts')
+    if kind == "local" and hosts:
+        raise check.fail(("executor",), "hosts", 'hosts are for kind = "hosts"')
+    if len(set(hosts)) != len(hosts):
+        raise check.fail(("executor",), "hosts", "lists a host twice")
+    slots = int(table.get("slots", len(hosts) or 1))
+    if slots < 1:
+        raise check.fail(("executor",), "slots", "must be at least 1")
+    return ExecutorSettings(kind, slots, hosts)
 
 
 def _parse_launch(check: _Checker, doc: Mapping[str, Any]) -> LaunchSettings:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import pytest
@@ -429,3 +430,22 @@ def test_a_step_below_the_minimum_effect_is_not_verified() -> None:
     assert outcome.culprit.first_bad.position == 9
     assert not outcome.culprit.verified
     assert "below the minimum effect" in (outcome.culprit.note or "")
+
+
+@pytest.mark.parametrize("culprit", [1, 200, 511, 1024])
+def test_k_ary_search_with_slots_needs_fewer_rounds(culprit: int) -> None:
+    """With S slots the engine proposes S points per round (the bracket split into S + 1):
+    the same culprit in about log_(S+1) N rounds instead of log_2 N."""
+    rounds = {}
+    for slots in (1, 3, 7):
+        engine = Engine(path(1024), Policy(slots=slots))
+        order = drive(engine, step(culprit))
+        outcome = engine.outcome
+        assert outcome is not None and outcome.culprit is not None
+        assert outcome.culprit.first_bad.position == culprit, slots
+        rounds[slots] = engine.rounds
+        if slots > 1:  # a search round asks for several points at once
+            assert engine.rounds < len(order)
+    assert rounds[7] < rounds[3] < rounds[1]
+    assert rounds[3] <= math.ceil(math.log(1024, 4)) + 4
+    assert rounds[7] <= math.ceil(math.log(1024, 8)) + 4

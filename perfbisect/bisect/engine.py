@@ -74,6 +74,9 @@ class Policy:
     # Crossing first: the search answers which configuration crosses the threshold and reports
     # the other level changes it saw as "seen, not searched"; True maps every step too.
     all_steps: bool = False
+    # Launches at once (the executor's slots): the search proposes this many points per round,
+    # splitting the bracket into slots + 1 parts (k-ary search); 1 is binary search.
+    slots: int = 1
     noise: NoiseModel = field(default_factory=NoiseModel)
 
     def __post_init__(self) -> None:
@@ -218,6 +221,7 @@ class Engine:
         self.verdicts: dict[int, Verdict] = {}
         self.evaluations = 0
         self.launch_count = 0
+        self.rounds = 0  # batches of launches asked for (launched at once with several slots)
         self.outcome: Outcome | None = None
         self._new_verdicts: list[PointResult] = []
         self._top: _Segment | None = None
@@ -257,6 +261,7 @@ class Engine:
                 self.gave_up.add(position)
         if retry:  # the search waits for the retried launches before it goes on
             self._pending = retry
+            self.rounds += 1
             return
         self._advance(list(results))
 
@@ -295,6 +300,8 @@ class Engine:
         except StopIteration:
             batch = []
         self._pending = batch
+        if batch:
+            self.rounds += 1
 
     def _core(self, values: Sequence[float]) -> list[float]:
         return core_launches(values, self.rel_sd(), self.policy.higher_is_better)
@@ -720,6 +727,51 @@ class Engine:
                 return
             yield self._request([position], Purpose.SEARCH)
 
+    def _picks(self, open_points: Sequence[int], i_lo: int, i_hi: int) -> list[int]:
+        """The open points to launch this round: the one nearest the middle (binary search),
+        or with S slots the ones nearest the S points that split the bracket into S + 1 equal
+        parts (k-ary search: log_(S+1) N rounds instead of log_2 N)."""
+        k = min(self.policy.slots, len(open_points))
+        picks: list[int] = []
+        for j in range(1, k + 1):
+            target = i_lo + (i_hi - i_lo) * j / (k + 1)
+            free = [i for i in open_points if i not in picks]
+            picks.append(min(free, key=lambda i: (abs(i - target), i)))
+        return sorted(picks)
+
+    def _evaluate_many(
+        self, seg: _Segment, positions: Sequence[int]
+    ) -> Generator[_Batch, list[LaunchResult], None]:
+        """``_evaluate`` for several points at once: each round launches every point still
+        undecided, in one batch (the executor runs them at once)."""
+        first = [
+            p
+            for p in positions
+            for _ in range(max(0, self.policy.min_launches - len(self.launches.get(p, []))))
+        ]
+        if first:
+            yield self._request(first, Purpose.SEARCH)
+        pending = list(positions)
+        while pending:
+            undecided = []
+            for position in pending:
+                if position in self.skip_reason:
+                    self._set_verdict(position, Verdict.SKIP, seg)
+                    continue
+                verdict = self._decide(position, seg)
+                if verdict is not None:
+                    self._set_verdict(position, verdict, seg)
+                elif (
+                    len(self.launches[position]) >= self.policy.max_launches
+                    or position in self.gave_up
+                ):
+                    self._set_verdict(position, Verdict.UNCLEAR, seg)
+                else:
+                    undecided.append(position)
+            if undecided:
+                yield self._request(undecided, Purpose.SEARCH)
+            pending = undecided
+
     def _plateau(self, position: int, seg: _Segment) -> list[float]:
         """The launches of ``position`` and of every other point of the segment that sits on
         the same intermediate level (clearly apart from neither), for a side decision."""
@@ -813,9 +865,11 @@ class Engine:
                 )
             ]
             if open_points:
-                mid = (i_lo + i_hi) / 2
-                pick = min(open_points, key=lambda i: (abs(i - mid), i))
-                yield from self._evaluate(seg, seg.order[pick])
+                picks = self._picks(open_points, i_lo, i_hi)
+                if len(picks) == 1:
+                    yield from self._evaluate(seg, seg.order[picks[0]])
+                else:
+                    yield from self._evaluate_many(seg, [seg.order[i] for i in picks])
                 continue
             # The bracket is final: confirm both ends with interleaved launches before
             # reporting it, culprit or unresolved range alike. A contradiction (one outlier

@@ -287,6 +287,7 @@ class Report:
     threshold_basis: str = ""  # "given", or how many launches of each endpoint it rests on
     warnings: tuple[str, ...] = ()  # what a reader must know to trust the answer
     time_spent_s: float = 0.0  # the launches' stage times, summed: the time to this answer
+    rounds: int = 0  # batches of launches (run at once with several slots)
     search: str = "all steps"  # "crossing first" (the default) or "all steps" (--all-steps)
     reused_launches: tuple[int, ...] = ()  # this session's launches that reused earlier ones
     seen: tuple[Unresolved, ...] = ()  # level changes seen on the way, not searched
@@ -334,6 +335,7 @@ class Report:
             "threshold_basis": self.threshold_basis,
             "warnings": list(self.warnings),
             "time_spent_s": self.time_spent_s,
+            "rounds": self.rounds,
             "search": self.search,
             "reused_launches": list(self.reused_launches),
             "seen_not_searched": [u.to_json() for u in self.seen],
@@ -378,6 +380,7 @@ class Report:
             threshold_basis=str(data.get("threshold_basis", "")),
             warnings=tuple(data.get("warnings", [])),
             time_spent_s=float(data.get("time_spent_s", 0.0)),
+            rounds=int(data.get("rounds", 0)),
             search=str(data.get("search", "all steps")),
             reused_launches=tuple(int(i) for i in data.get("reused_launches", [])),
             seen=tuple(Unresolved.from_json(u) for u in data.get("seen_not_searched", [])),

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import math
+import queue
 import re
 import socket
+import threading
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -92,9 +95,11 @@ class SearchOptions:
     # old, stand in for new ones (endpoints and verification are always launched anew, which
     # is also the drift check); 0 = never (--fresh).
     reuse_days: float = 7.0
+    slots: int | None = None  # launches at once (--slots); None: the [executor]'s
 
     def policy(self, experiment: Experiment) -> Policy:
         return Policy(
+            slots=len(slot_experiments(experiment, self.slots)),
             all_steps=self.all_steps,
             min_launches=self.min_launches,
             good_endpoint_launches=self.min_launches,
@@ -112,7 +117,7 @@ def expected_steps(path_length: int) -> int:
 def measurement_hosts(experiment: Experiment) -> list[str]:
     """The hosts a session of this experiment measures on: what two sessions must not share
     at once (``local`` is this machine, named)."""
-    addresses = [experiment.host.address]
+    addresses = [e.host.address for e in slot_experiments(experiment)]
     if experiment.driver is not None:
         addresses += list(experiment.driver.hosts.values())
     return sorted({f"local:{socket.gethostname()}" if a == "local" else a for a in addresses})
@@ -138,6 +143,7 @@ def start(
         "max_launches": options.max_launches,
         "all_steps": options.all_steps,
         "reuse_days": options.reuse_days,
+        "slots": options.slots,
         "plans": [p.as_json() for p in endpoints.plans] if endpoints.multi_axis else None,
         # Log directories are keyed by this, not by the per-database session number: two
         # databases (the demo's and the default) both have a session 1.
@@ -207,6 +213,7 @@ def resume(
         int(p["max_launches"]),
         bool(p.get("all_steps", True)),  # sessions from before crossing-first mapped every step
         float(p.get("reuse_days", 0.0)),
+        p.get("slots"),
     )
     return _drive(
         store,
@@ -396,6 +403,42 @@ def _engine(
     return Engine(path, policy, threshold)
 
 
+class _LockedProgress:
+    """Progress reports from several slots' threads, one at a time."""
+
+    def __init__(self, inner: Progress) -> None:
+        self.inner = inner
+        self.lock = threading.Lock()
+
+    def started(self, session_id: int, path_length: int, expected_steps: int) -> None:
+        with self.lock:
+            self.inner.started(session_id, path_length, expected_steps)
+
+    def stage(self, request: LaunchRequest, stage: str) -> None:
+        with self.lock:
+            self.inner.stage(request, stage)
+
+    def launched(self, request: LaunchRequest, result: LaunchResult, replayed: bool) -> None:
+        with self.lock:
+            self.inner.launched(request, result, replayed)
+
+    def verdict(self, point: PointResult) -> None:
+        with self.lock:
+            self.inner.verdict(point)
+
+
+def slot_experiments(experiment: Experiment, slots: int | None = None) -> list[Experiment]:
+    """One experiment per slot, each with the host its launches run on: the pool's hosts
+    (``[executor] kind = "hosts"``, one launch per host at a time), else the experiment's own
+    host, ``slots`` times."""
+    settings = experiment.executor
+    count = slots or settings.slots
+    if settings.kind == "hosts":
+        hosts = settings.hosts[: max(1, min(count, len(settings.hosts)))]
+        return [replace(experiment, host=replace(experiment.host, address=h)) for h in hosts]
+    return [experiment] * max(1, count)
+
+
 class _Searcher(Protocol):
     """What the driver runs: the engine, the multi-axis engine, a full-model confirmation."""
 
@@ -405,9 +448,11 @@ class _Searcher(Protocol):
 
 
 class _Driver:
-    """Runs searchers' launches one after another: replayed from the store while the stored
-    launches match (a resumed session), reused from earlier sessions where allowed, else
-    launched and recorded. One sequence number runs through every phase of a session."""
+    """Runs searchers' launches: replayed from the store while the stored launches match (a
+    resumed session), reused from earlier sessions where allowed, else launched and recorded.
+    One sequence number runs through every phase of a session. The launches of one batch run
+    at once on the executor's slots (one target per slot: a pool host each, or the
+    experiment's host), each recorded in its own transaction as it ends."""
 
     def __init__(
         self,
@@ -419,28 +464,90 @@ class _Driver:
         log_root: Path,
     ) -> None:
         self.store, self.session_id, self.experiment = store, session_id, experiment
-        self.progress, self.log_root = progress, log_root
+        self.progress = _LockedProgress(progress)
+        self.log_root = log_root
         self.pool = _reuse_pool(store, session_id, experiment, options)
         self.hosts_seen: set[str] = set()  # where this session's own launches ran
         self.stored = session_launches(store, session_id)
         self.recorded_steps = {
             (s.position, s.verdict, s.n_launches) for s in session_steps(store, session_id)
         }
-        self.target: Target | None = None
+        self.slots = slot_experiments(experiment, options.slots)
+        self.targets: list[Target] = []  # made on first use, one per slot
         self.seq = 0
+        self.rounds = 0  # batches run (their launches at once when there are several slots)
 
     def close(self) -> None:
-        _close(self.target)
-        self.target = None
+        for target in self.targets:
+            _close(target)
+        self.targets = []
 
     def run(self, searcher: _Searcher) -> None:
         while batch := searcher.next_batch():
-            searcher.feed([self._one(request) for request in batch])
+            self.rounds += 1
+            searcher.feed(self._batch(batch))
             for point in searcher.take_verdicts():
                 self._record_verdict(point)
 
-    def _one(self, request: LaunchRequest) -> LaunchResult:
-        seq, self.seq = self.seq, self.seq + 1
+    def _batch(self, batch: list[LaunchRequest]) -> list[LaunchResult]:
+        results: list[LaunchResult | None] = [None] * len(batch)
+        to_launch: list[tuple[int, int, LaunchRequest]] = []
+        for i, request in enumerate(batch):
+            seq, self.seq = self.seq, self.seq + 1
+            known = self._known(seq, request)
+            if known is not None:
+                results[i] = known
+            else:
+                to_launch.append((i, seq, request))
+        if len(to_launch) <= 1 or len(self.slots) == 1:
+            for i, seq, request in to_launch:
+                results[i] = self._launch(self._target(0), seq, request)
+        else:
+            for i, result in self._at_once(to_launch):
+                results[i] = result
+        return [r for r in results if r is not None]
+
+    def _at_once(
+        self, to_launch: list[tuple[int, int, LaunchRequest]]
+    ) -> list[tuple[int, LaunchResult]]:
+        """Up to one launch per slot at a time, in threads. Ctrl-C stops every running
+        launch's server (those launches fail and tear down), waits for them, and goes on."""
+        free: queue.Queue[int] = queue.Queue()
+        for slot in range(len(self.slots)):
+            free.put(slot)
+        busy: dict[int, Target] = {}
+
+        def work(item: tuple[int, int, LaunchRequest]) -> tuple[int, LaunchResult]:
+            i, seq, request = item
+            slot = free.get()
+            try:
+                target = self._target(slot)
+                busy[slot] = target
+                return i, self._launch(target, seq, request)
+            finally:
+                busy.pop(slot, None)
+                free.put(slot)
+
+        pool = ThreadPoolExecutor(max_workers=len(self.slots), thread_name_prefix="slot")
+        futures = [pool.submit(work, item) for item in to_launch]
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            for target in list(busy.values()):
+                target.abort()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _target(self, slot: int) -> Target:
+        while len(self.targets) <= slot:
+            self.targets.append(make_target(self.slots[len(self.targets)], cache_dir()))
+        return self.targets[slot]
+
+    def _known(self, seq: int, request: LaunchRequest) -> LaunchResult | None:
+        """A stored (resumed) or reusable result for this launch, else None."""
         stored = self.stored
         if seq < len(stored) and stored[seq].fingerprint == request.config.fingerprint:
             result = _replayed(stored[seq])
@@ -453,15 +560,15 @@ class _Driver:
             )
             self.progress.launched(request, result, replayed=True)
             return result
-        if self.target is None:
-            self.target = make_target(self.experiment, cache_dir())
+        return None
 
+    def _launch(self, target: Target, seq: int, request: LaunchRequest) -> LaunchResult:
         def on_stage(name: str) -> None:
             records.heartbeat(self.store, self.session_id)
             self.progress.stage(request, name)
 
         result = _measure(
-            self.target,
+            target,
             self.store,
             self.session_id,
             seq,
@@ -599,6 +706,7 @@ def _drive(
         )
     report = replace(
         report,
+        rounds=driver.rounds,
         time_spent_s=stage_seconds(launches),
         reused_launches=tuple(reused_ids),
         warnings=tuple(warnings),

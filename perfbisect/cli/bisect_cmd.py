@@ -94,6 +94,13 @@ def start(
         "experiment on this host (default: reused when at most 7 days old).",
     ),
     name: str | None = typer.Option(None, "--name", help="A name for the session."),
+    slots: int | None = typer.Option(
+        None,
+        "--slots",
+        min=1,
+        help="Launches at once (default: [executor] slots): the search proposes that many "
+        "points per round (k-ary search).",
+    ),
     no_wait: bool = NO_WAIT,
     as_json: bool = JSON,
     plot: str | None = typer.Option(None, "--plot", help="Also write a PNG plot here."),
@@ -126,7 +133,12 @@ def start(
             good=good,
             bad=bad,
             options=SearchOptions(
-                threshold_ms, min_launches, max_launches, all_steps, 0.0 if fresh else 7.0
+                threshold_ms,
+                min_launches,
+                max_launches,
+                all_steps,
+                0.0 if fresh else 7.0,
+                slots,
             ),
             name=name,
             progress=progress,

@@ -207,7 +207,9 @@ def render_report(report: Report, out: Console | None = None) -> None:
         )
     )
     out.print(
-        f"evaluations: {report.evaluations} configurations, launches: {report.launches}{failed}; "
+        f"evaluations: {report.evaluations} configurations, launches: {report.launches}{failed}"
+        + (f" in {report.rounds} rounds" if report.rounds else "")
+        + "; "
         f"time to this answer: {clock(report.time_spent_s)} in launch stages"
     )
     if report.log_dir:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -12,7 +12,15 @@ from sqlalchemy.orm import Session, selectinload
 
 from perfbisect.errors import SessionNotFound, StoreError
 from perfbisect.store.database import Store
-from perfbisect.store.models import ConfigurationRow, EnvSnapshot, Launch, Sample, SessionRow, Step
+from perfbisect.store.models import (
+    ConfigurationRow,
+    EnvSnapshot,
+    Host,
+    Launch,
+    Sample,
+    SessionRow,
+    Step,
+)
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,7 @@ class LaunchView:
     started_at: datetime
     log_path: str | None
     snapshot_id: int | None
+    host: str | None = None  # the address it was measured on (from its snapshot)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -54,7 +63,29 @@ class LaunchView:
             "started_at": self.started_at.isoformat() + "Z",
             "log": self.log_path,
             "snapshot": self.snapshot_id,
+            "host": self.host,
         }
+
+
+def _views(db: Session, launches: Sequence[Launch]) -> list[LaunchView]:
+    """Views with each launch's host, looked up in chunks (no snapshot data loaded)."""
+    ids = sorted({la.snapshot_id for la in launches if la.snapshot_id is not None})
+    hosts: dict[int, str] = {}
+    for start in range(0, len(ids), 900):  # within every SQLite's bound-variable limit
+        chunk = ids[start : start + 900]
+        # The address the launch used (a snapshot records it), else its machine's first one:
+        # two addresses of one machine are one host row.
+        address = EnvSnapshot.data["address"].as_string()
+        rows = db.execute(
+            select(EnvSnapshot.id, address, Host.address)
+            .join(Host, EnvSnapshot.host_id == Host.id)
+            .where(EnvSnapshot.id.in_(chunk))
+        )
+        hosts.update({int(i): str(a or h) for i, a, h in rows})
+    return [
+        replace(_view(la), host=hosts.get(la.snapshot_id)) if la.snapshot_id else _view(la)
+        for la in launches
+    ]
 
 
 def _view(launch: Launch) -> LaunchView:
@@ -111,7 +142,7 @@ def session_launches(store: Store, session_id: int) -> list[LaunchView]:
             .options(selectinload(Launch.configuration))
             .order_by(Launch.seq)
         )
-        return [_view(launch) for launch in db.scalars(query)]
+        return _views(db, list(db.scalars(query)))
 
 
 def session_steps(store: Store, session_id: int) -> list[Step]:
@@ -156,8 +187,8 @@ def history(
             )
         if limit:
             query = query.order_by(Launch.id.desc()).limit(limit)
-            return [_view(launch) for launch in reversed(list(db.scalars(query)))]
-        return [_view(launch) for launch in db.scalars(query.order_by(Launch.id))]
+            return _views(db, list(reversed(list(db.scalars(query)))))
+        return _views(db, list(db.scalars(query.order_by(Launch.id))))
 
 
 def _axis_matches(stored: Any, wanted: str) -> bool:

@@ -45,3 +45,8 @@ class Target(Protocol):
     def close(self) -> None:
         """Release connections to hosts (the session driver calls it once, at the end)."""
         ...
+
+    def abort(self) -> None:
+        """Stop the server of a launch running in another thread (Ctrl-C with several launches
+        at once): that launch then fails and tears down as any failed launch does."""
+        ...

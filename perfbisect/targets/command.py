@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -42,6 +43,7 @@ PLACEHOLDER = re.compile(r"\{([a-z][a-z0-9_]*)\}")
 PRESERVED_ENV = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
 SHELL = "/bin/sh"
 GPU_MEMORY_SLACK_MIB = 256  # what another tenant's small allocation may add meanwhile
+_CHECKOUTS = threading.Lock()  # worktrees and tree copies, one at a time (see _worktree)
 
 
 def substitute(command: str, values: Mapping[str, str], quote: bool = True) -> str:
@@ -77,6 +79,12 @@ class CommandTarget:
         self.repo = GitRepo(experiment.target.repo) if experiment.target.repo else None
         self.pattern = experiment.metric.regex
         self._cuda: int | None = None
+        self._server: HostProcess | None = None  # the running launch's server, for abort()
+
+    def abort(self) -> None:
+        server = self._server
+        if server is not None:
+            server.stop()
 
     def close(self) -> None:
         for host in {id(h): h for h in [self.host, *self._hosts.values()]}.values():
@@ -130,11 +138,14 @@ class CommandTarget:
         return self.repo.patched_worktree(sha, self.worktree_root, patches)
 
     def _worktree(self, config: Configuration) -> str:
-        """The configuration's source tree on the host (copied there for a remote host)."""
-        local = self._local_tree(config)
-        if self.host.is_local:
-            return str(local)
-        return sync_tree(self.host, local)
+        """The configuration's source tree on the host (copied there for a remote host).
+        Launches at once (several slots) share the local clone and may ask for one commit
+        twice: checkouts are made one at a time, so none sees another's half-made tree."""
+        with _CHECKOUTS:
+            local = self._local_tree(config)
+            if self.host.is_local:
+                return str(local)
+            return sync_tree(self.host, local)
 
     def _free_port(self) -> int:
         """The port the served process will listen on (free on the host now)."""
@@ -341,6 +352,7 @@ class CommandTarget:
                 stage("serve")
                 t0 = time.monotonic()
                 server = self._serve(config, worktree, values, logs, delivery)
+                self._server = server
                 ready = self.options.get("ready")
                 wait_ready(
                     self.host,
@@ -379,6 +391,7 @@ class CommandTarget:
             in_flight = exc
             raise
         finally:
+            self._server = None
             if server is not None:
                 notes.extend(server.notes)
                 t_down = time.monotonic()
