@@ -7,7 +7,7 @@ import itertools
 from datetime import datetime
 from pathlib import Path
 
-from conftest import Cli, make_repo
+from conftest import EXPERIMENT, Cli, make_repo
 from sshd_fixture import SshServer
 
 MEASURE = """\
@@ -19,26 +19,11 @@ for i in range(5):
 """
 
 
-def pool_experiment(server: SshServer, slots: int | None = None) -> str:
-    more = f"slots = {slots}\n" if slots else ""
-    return f"""\
-[target]
-kind = "command"
-repo = "repo"
-measure = "python3 measure.py"
-timeout_s = 60
-
-[metric]
-name = "verify_ms"
-pattern = 'verify_ms=([0-9.]+)'
-
-[host]
-ssh_config = "{server.ssh_config}"
-
-[executor]
-kind = "hosts"
-hosts = ["{server.address}", "{server.root_address}"]
-{more}"""
+def pool_experiment(server: SshServer) -> str:
+    return EXPERIMENT + (
+        f'\n[host]\nssh_config = "{server.ssh_config}"\n\n[executor]\nkind = "hosts"\n'
+        f'hosts = ["{server.address}", "{server.root_address}"]\n'
+    )
 
 
 def test_a_host_pool_runs_launches_at_once_and_records_each_host(

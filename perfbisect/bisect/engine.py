@@ -710,22 +710,8 @@ class Engine:
     def _evaluate(
         self, seg: _Segment, position: int
     ) -> Generator[_Batch, list[LaunchResult], None]:
-        """Adaptive launches of one point until its interval leaves the threshold. Launches from
-        an earlier segment count: a point is only measured again when they do not decide it."""
-        if len(self.launches.get(position, [])) < self.policy.min_launches:
-            yield self._request([position] * self.policy.min_launches, Purpose.SEARCH)
-        while True:
-            if position in self.skip_reason:
-                self._set_verdict(position, Verdict.SKIP, seg)
-                return
-            verdict = self._decide(position, seg)
-            if verdict is not None:
-                self._set_verdict(position, verdict, seg)
-                return
-            if len(self.launches[position]) >= self.policy.max_launches or position in self.gave_up:
-                self._set_verdict(position, Verdict.UNCLEAR, seg)
-                return
-            yield self._request([position], Purpose.SEARCH)
+        """Adaptive launches of one point until its interval leaves the threshold."""
+        yield from self._evaluate_many(seg, [position])
 
     def _picks(self, open_points: Sequence[int], i_lo: int, i_hi: int) -> list[int]:
         """The open points to launch this round: the one nearest the middle (binary search),
@@ -742,8 +728,10 @@ class Engine:
     def _evaluate_many(
         self, seg: _Segment, positions: Sequence[int]
     ) -> Generator[_Batch, list[LaunchResult], None]:
-        """``_evaluate`` for several points at once: each round launches every point still
-        undecided, in one batch (the executor runs them at once)."""
+        """Adaptive launches of points until each one's interval leaves the threshold (or its
+        launches run out: UNCLEAR). Launches from an earlier segment count: a point is only
+        measured again when they do not decide it. Each round launches every point still
+        undecided, in one batch (with several slots, at once)."""
         first = [
             p
             for p in positions

@@ -474,6 +474,7 @@ class _Driver:
         }
         self.slots = slot_experiments(experiment, options.slots)
         self.targets: list[Target] = []  # made on first use, one per slot
+        self._targets_lock = threading.Lock()
         self.seq = 0
         self.rounds = 0  # batches run (their launches at once when there are several slots)
 
@@ -542,9 +543,10 @@ class _Driver:
             pool.shutdown(wait=True, cancel_futures=True)
 
     def _target(self, slot: int) -> Target:
-        while len(self.targets) <= slot:
-            self.targets.append(make_target(self.slots[len(self.targets)], cache_dir()))
-        return self.targets[slot]
+        with self._targets_lock:  # slots' threads ask at once: each slot's own target
+            while len(self.targets) <= slot:
+                self.targets.append(make_target(self.slots[len(self.targets)], cache_dir()))
+            return self.targets[slot]
 
     def _known(self, seq: int, request: LaunchRequest) -> LaunchResult | None:
         """A stored (resumed) or reusable result for this launch, else None."""
