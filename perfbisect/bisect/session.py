@@ -500,7 +500,10 @@ class _Driver:
                 results[i] = known
             else:
                 to_launch.append((i, seq, request))
-        if len(to_launch) <= 1 or len(self.slots) == 1:
+        # The comparisons that decide (endpoints, verification, confirmation, baseline) run on
+        # one node, the first slot's: between-node variance must not be in their difference.
+        deciding = any(r.purpose is not Purpose.SEARCH for _, _, r in to_launch)
+        if len(to_launch) <= 1 or len(self.slots) == 1 or deciding:
             for i, seq, request in to_launch:
                 results[i] = self._launch(self._target(0), seq, request)
         else:
@@ -701,6 +704,15 @@ def _drive(
     launches = session_launches(store, session_id)
     reused_ids = [v.id for v in launches if any(str(f).startswith("reused from") for f in v.flags)]
     warnings = list(report.warnings)
+    deciding_hosts = sorted(
+        {v.host for v in launches if v.purpose != Purpose.SEARCH.value and v.host}
+    )
+    if len(deciding_hosts) > 1:
+        warnings.append(
+            f"the deciding launches (endpoints, verification) ran on {len(deciding_hosts)} hosts "
+            f"({', '.join(deciding_hosts)}), e.g. after a resume elsewhere: their difference "
+            "may hold between-host variance"
+        )
     if reused_ids and report.drift:
         warnings.append(
             f"{len(reused_ids)} search launch(es) were reused from earlier sessions, and an endpoint "

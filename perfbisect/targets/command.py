@@ -43,7 +43,8 @@ PLACEHOLDER = re.compile(r"\{([a-z][a-z0-9_]*)\}")
 PRESERVED_ENV = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
 SHELL = "/bin/sh"
 GPU_MEMORY_SLACK_MIB = 256  # what another tenant's small allocation may add meanwhile
-_CHECKOUTS = threading.Lock()  # worktrees and tree copies, one at a time (see _worktree)
+_CHECKOUTS = threading.Lock()  # local worktrees, one at a time (see _worktree)
+_COPIES: dict[str, threading.Lock] = {}  # tree copies, one at a time per host address
 
 
 def substitute(command: str, values: Mapping[str, str], quote: bool = True) -> str:
@@ -143,8 +144,11 @@ class CommandTarget:
         twice: checkouts are made one at a time, so none sees another's half-made tree."""
         with _CHECKOUTS:
             local = self._local_tree(config)
-            if self.host.is_local:
-                return str(local)
+        if self.host.is_local:
+            return str(local)
+        with _CHECKOUTS:
+            lock = _COPIES.setdefault(self.host.address, threading.Lock())
+        with lock:  # copies to one host one at a time; to different hosts at once
             return sync_tree(self.host, local)
 
     def _free_port(self) -> int:
