@@ -122,12 +122,31 @@ LAUNCH_SCHEMA: _Schema = {
 }
 LAUNCH_METHODS = ("direct", "tmux", "ssh", "sitecustomize")
 TOP_LEVEL = {"target", "metric", "axes", "env", "host", "launch", "executor"}
-EXECUTOR_KINDS = ("local", "hosts")
+EXECUTOR_KINDS = ("local", "hosts", "slurm")
 EXECUTOR_SCHEMA: _Schema = {
     "kind": ((str,), False),
     "slots": ((int,), False),
     "hosts": ((list,), False),
+    # kind = "slurm": one job per launch, on a whole node by default
+    "partition": ((str,), False),
+    "gpus_per_node": ((int,), False),
+    "exclusive": ((bool,), False),
+    "cpus_per_task": ((int,), False),
+    "time_limit_min": ((int,), False),
+    "account": ((str,), False),
+    "qos": ((str,), False),
+    "sbatch_args": ((dict,), False),  # more sbatch options: {constraint = "h200"}
 }
+SLURM_KEYS = (
+    "partition",
+    "gpus_per_node",
+    "exclusive",
+    "cpus_per_task",
+    "time_limit_min",
+    "account",
+    "qos",
+    "sbatch_args",
+)
 
 
 @dataclass(frozen=True)
@@ -207,6 +226,7 @@ class ExecutorSettings:
     kind: str = "local"
     slots: int = 1
     hosts: tuple[str, ...] = ()
+    slurm: Mapping[str, Any] = field(default_factory=dict)  # kind = "slurm": its options
 
 
 @dataclass(frozen=True)
@@ -447,9 +467,12 @@ def _parse_executor(check: _Checker, doc: Mapping[str, Any]) -> ExecutorSettings
     check.check(table, ("executor",), EXECUTOR_SCHEMA)
     kind = str(table.get("kind", "local"))
     if kind not in EXECUTOR_KINDS:
-        raise check.fail(
-            ("executor",), "kind", f"must be one of {', '.join(EXECUTOR_KINDS)} (slurm: not yet)"
-        )
+        raise check.fail(("executor",), "kind", f"must be one of {', '.join(EXECUTOR_KINDS)}")
+    slurm = {k: table[k] for k in SLURM_KEYS if k in table}
+    if slurm and kind != "slurm":
+        raise check.fail(("executor",), next(iter(slurm)), 'is for kind = "slurm"')
+    if int(table.get("time_limit_min", 60)) < 1:
+        raise check.fail(("executor",), "time_limit_min", "must be at least 1")
     hosts = tuple(str(h) for h in table.get("hosts", []))
     for h in hosts:
         if not h.startswith("ssh://"):
@@ -463,7 +486,7 @@ def _parse_executor(check: _Checker, doc: Mapping[str, Any]) -> ExecutorSettings
     slots = int(table.get("slots", len(hosts) or 1))
     if slots < 1:
         raise check.fail(("executor",), "slots", "must be at least 1")
-    return ExecutorSettings(kind, slots, hosts)
+    return ExecutorSettings(kind, slots, hosts, slurm)
 
 
 def _parse_launch(check: _Checker, doc: Mapping[str, Any]) -> LaunchSettings:

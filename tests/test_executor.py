@@ -62,7 +62,11 @@ def test_a_host_pool_runs_launches_at_once_and_records_each_host(
     assert not any("deciding launches" in w for w in report["warnings"])
     # Two launches of one round measured at the same time.
     spans = sorted(tuple(map(float, line.split())) for line in intervals.read_text().splitlines())
-    assert any(b[0] < a[1] for a, b in itertools.pairwise(spans)), (report["rounds"], report["launches"], [(r["purpose"], r["config"]["commit"][:6], r["host"][-20:]) for r in rows])
+    assert any(b[0] < a[1] for a, b in itertools.pairwise(spans)), (
+        report["rounds"],
+        report["launches"],
+        [(r["purpose"], r["config"]["commit"][:6], r["host"][-20:]) for r in rows],
+    )
 
 
 def test_an_executor_table_with_bad_hosts_is_refused(cli: Cli, tmp_path: Path) -> None:

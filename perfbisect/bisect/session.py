@@ -117,6 +117,9 @@ def expected_steps(path_length: int) -> int:
 def measurement_hosts(experiment: Experiment) -> list[str]:
     """The hosts a session of this experiment measures on: what two sessions must not share
     at once (``local`` is this machine, named)."""
+    if experiment.executor.kind == "slurm":
+        # Slurm allocates the nodes (exclusively): a session holds no host of its own.
+        return [f"slurm:{uuid.uuid4().hex[:12]}"]
     addresses = [e.host.address for e in slot_experiments(experiment)]
     if experiment.driver is not None:
         addresses += list(experiment.driver.hosts.values())

@@ -10,6 +10,10 @@ from perfbisect.targets.base import Target
 
 
 def make_target(experiment: Experiment, cache_dir: Path) -> Target:
+    if experiment.executor.kind == "slurm":  # each launch a Slurm job running the target there
+        from perfbisect.executors.slurm import SlurmTarget
+
+        return SlurmTarget(experiment, cache_dir)
     kind = experiment.target.kind
     if kind == "command":
         from perfbisect.targets.command import CommandTarget

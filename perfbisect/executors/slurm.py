@@ -1,0 +1,211 @@
+"""Launches as Slurm jobs (``[executor] kind = "slurm"``), submitted through submitit.
+
+Each launch is one job on a node: the job runs the same build -> serve -> measure -> teardown
+pipeline there (``run_on_node``: perfbisect importable on the node, the experiment, its
+repository and perfbisect's cache on a filesystem the node shares) and hands back the
+measurement. submitit reads job states with ``sacct``, which needs Slurm accounting; so this
+waits on its own terms: the job's result file, else ``squeue``/``scontrol``, with a deadline.
+A job that ends without a result (``scancel`` from outside, a node failure, preemption) is
+submitted once more and is never a verdict on the configuration. Ctrl-C (``abort``) and the
+end of the search cancel what is outstanding.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from perfbisect.config import Configuration
+from perfbisect.errors import StepFailed
+from perfbisect.experiment import ExecutorSettings, Experiment, load_experiment
+from perfbisect.targets.base import Measurement
+
+POLL_S = 1.0
+SLACK_S = 300.0  # past the job's own time limit before perfbisect stops waiting
+ATTEMPTS = 2  # a job that ends without a result is submitted once more
+
+
+def run_on_node(
+    experiment_path: str, values: dict[str, str], context: str, log_dir: str
+) -> tuple[str, Any]:
+    """Run one launch where the job landed: ("ok", Measurement) or ("failed", (stage, why))."""
+    from perfbisect.paths import cache_dir
+    from perfbisect.targets.registry import make_target
+
+    experiment = load_experiment(experiment_path)
+    inner = replace(experiment, executor=ExecutorSettings())  # the pipeline itself, here
+    target = make_target(inner, cache_dir())
+    try:
+        measured = target.launch(Configuration(tuple(values.items()), context), log_dir)
+    except StepFailed as failure:
+        return "failed", (failure.stage, failure.reason)
+    finally:
+        target.close()
+    return "ok", measured
+
+
+def _run(argv: list[str]) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+class SlurmTarget:
+    """A Target whose launches are Slurm jobs."""
+
+    def __init__(self, experiment: Experiment, cache_dir: Path) -> None:
+        import submitit
+
+        self.experiment = experiment
+        options = dict(experiment.executor.slurm)
+        self.limit_min = int(options.get("time_limit_min", 60))
+        self.folder = cache_dir / "slurm" / uuid.uuid4().hex[:10]
+        self.executor = submitit.SlurmExecutor(folder=str(self.folder), max_num_timeout=0)
+        params: dict[str, Any] = {
+            "time": self.limit_min,
+            "job_name": "perfbisect",
+            "use_srun": False,
+            "additional_parameters": dict(options.get("sbatch_args", {})),
+        }
+        if options.get("exclusive", True):  # a whole node (sbatch has no --exclusive=false)
+            params["exclusive"] = True
+        for key, name in (
+            ("partition", "partition"),
+            ("gpus_per_node", "gpus_per_node"),
+            ("cpus_per_task", "cpus_per_task"),
+            ("account", "account"),
+            ("qos", "qos"),
+        ):
+            if key in options:
+                params[name] = options[key]
+        self.executor.update_parameters(**params)
+        self._job: Any = None
+
+    # ---- Target ---------------------------------------------------------------------------
+
+    def launch(
+        self, config: Configuration, log_dir: str, on_stage: Callable[[str], None] | None = None
+    ) -> Measurement:
+        stage = on_stage or (lambda _name: None)
+        notes: list[str] = []
+        for attempt in range(1, ATTEMPTS + 1):
+            stage("slurm: submit")
+            try:
+                job = self.executor.submit(
+                    run_on_node,
+                    str(self.experiment.path),
+                    config.as_dict(),
+                    config.context,
+                    log_dir,
+                )
+            except Exception as exc:  # sbatch refused it: a partition, account or qos typo
+                why = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
+                raise StepFailed("slurm", f"sbatch refused the job: {why}") from None
+            self._job = job
+            try:
+                ended, node = self._wait(job, stage)
+            except BaseException:
+                self._cancel(job)
+                raise
+            finally:
+                self._job = None
+            if ended == "done":
+                return self._result(job, node, notes)
+            notes.append(
+                f"slurm job {job.job_id} ended {ended} on {node or 'no node'} without a result"
+                + ("; submitted once more" if attempt < ATTEMPTS else "")
+            )
+        raise StepFailed("slurm", "; ".join(notes) + " (the jobs, not the configuration, failed)")
+
+    def abort(self) -> None:
+        job = self._job
+        if job is not None:
+            self._cancel(job)
+
+    def close(self) -> None:
+        self.abort()
+
+    def describe(self, config: Configuration) -> dict[str, Any]:
+        from perfbisect.paths import cache_dir
+        from perfbisect.targets.registry import make_target
+
+        inner = make_target(replace(self.experiment, executor=ExecutorSettings()), cache_dir())
+        try:
+            described = inner.describe(config)
+        finally:
+            inner.close()
+        described["executor"] = {"kind": "slurm", **dict(self.experiment.executor.slurm)}
+        return described
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _wait(self, job: Any, stage: Callable[[str], None]) -> tuple[str, str]:
+        """("done", node) once the result file is there; (final state, node) once the job
+        left the queue without one. Bounded by the job's own time limit plus slack."""
+        deadline = time.monotonic() + self.limit_min * 60 + SLACK_S
+        said = ""
+        node = ""
+        while time.monotonic() < deadline:
+            if job.paths.result_pickle.exists():
+                return "done", node or self._node(job.job_id)
+            listed = _run(["squeue", "-h", "-j", str(job.job_id), "-o", "%T %N"])
+            if listed:
+                state, _, where = listed.partition(" ")
+                node = where.strip() or node
+                if state != said:
+                    said = state
+                    stage(
+                        f"slurm: job {job.job_id} {state.lower()}" + (f" on {node}" if node else "")
+                    )
+            else:
+                time.sleep(POLL_S)  # it may have just written its result
+                if job.paths.result_pickle.exists():
+                    return "done", node or self._node(job.job_id)
+                return self._final_state(job.job_id), node
+            time.sleep(POLL_S)
+        self._cancel(job)
+        return f"past its time limit ({self.limit_min} min) and was cancelled", node
+
+    @staticmethod
+    def _node(job_id: str) -> str:
+        shown = _run(["scontrol", "show", "job", str(job_id)])
+        for token in shown.split():
+            if token.startswith("BatchHost="):
+                return token.split("=", 1)[1]
+        return ""
+
+    @staticmethod
+    def _final_state(job_id: str) -> str:
+        shown = _run(["scontrol", "show", "job", str(job_id)])
+        for token in shown.split():
+            if token.startswith("JobState="):
+                return token.split("=", 1)[1]
+        return "VANISHED"  # purged from the controller already
+
+    @staticmethod
+    def _cancel(job: Any) -> None:
+        try:
+            job.cancel(check=False)
+        except Exception:  # the job may be gone already
+            subprocess.run(["scancel", str(job.job_id)], capture_output=True, timeout=60)
+
+    def _result(self, job: Any, node: str, notes: list[str]) -> Measurement:
+        kind, payload = job.result()
+        if kind == "failed":
+            stage_name, reason = payload
+            raise StepFailed(stage_name, reason)
+        measured: Measurement = payload
+        measured.flags.extend([*notes, f"slurm job {job.job_id} on {node}"])
+        measured.snapshot["slurm"] = {"job_id": str(job.job_id), "node": node}
+        measured.snapshot["address"] = f"slurm://{node}"
+        return measured
+
+
+__all__ = ["SlurmTarget", "run_on_node"]
