@@ -65,7 +65,8 @@ def test_a_bisect_on_postgresql_is_seen_from_another_process(
         timeout=120,
         cwd=tmp_path,
     )
-    assert json.loads(status.stdout)["status"] == "finished"
+    data = json.loads(status.stdout)
+    assert data["status"] == "finished" and data["owner"]["user"] and data["hosts"]
     assert Store(url).engine.dialect.name == "postgresql"
 
 

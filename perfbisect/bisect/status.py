@@ -39,7 +39,12 @@ def session_status(store: Store, ref: str | None) -> dict[str, Any]:
         "name": row.name,
         "status": row.status,
         "outcome": row.outcome,
-        "owner": {"host": row.owner_host, "pid": row.owner_pid},
+        "owner": {
+            "user": (row.params or {}).get("user"),
+            "host": row.owner_host,
+            "pid": row.owner_pid,
+        },
+        "hosts": (row.params or {}).get("hosts", []),  # where it measures (the host locks)
         "created_at": row.created_at.isoformat() + "Z",
         "good": row.good,
         "bad": row.bad,

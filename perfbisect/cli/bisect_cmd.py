@@ -180,7 +180,9 @@ def status(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JS
     owner = data["owner"]
     out.print(
         f"session {data['session']}{escape(name)}: {data['status']}{outcome}; started "
-        f"{data['created_at'][:19]} by pid {owner['pid']} on {escape(str(owner['host']))}; "
+        f"{data['created_at'][:19]} by "
+        + (f"{escape(str(owner['user']))}, " if owner.get("user") else "")
+        + f"pid {owner['pid']} on {escape(str(owner['host']))}; "
         f"{data['launches']} launches ({data['failed_launches']} failed), "
         f"{clock(data['stage_seconds'])} in stages"
         + (f", about {clock(data['estimate_left_s'])} left" if data["estimate_left_s"] else ""),

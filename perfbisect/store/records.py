@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import json
 import os
@@ -215,7 +216,11 @@ def claim_new_session(
     """Create a running session once none of its measurement hosts is in use by another live
     session: sessions on other hosts run at once on one database; one that needs a busy host
     waits for it (or is refused with ``wait.wait = False``)."""
-    params = {**params, "hosts": list(hosts) or [f"local:{socket.gethostname()}"]}
+    params = {
+        **params,
+        "hosts": list(hosts) or [f"local:{socket.gethostname()}"],
+        "user": getpass.getuser(),  # whose session it is, for `bisect status` on a team database
+    }
     with store.transaction() as db:
         if (
             name is not None
