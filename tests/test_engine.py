@@ -449,3 +449,21 @@ def test_k_ary_search_with_slots_needs_fewer_rounds(culprit: int) -> None:
     assert rounds[7] < rounds[3] < rounds[1]
     assert rounds[3] <= math.ceil(math.log(1024, 4)) + 4
     assert rounds[7] <= math.ceil(math.log(1024, 8)) + 4
+
+
+def test_two_outlier_launches_at_one_point_do_not_make_it_the_culprit() -> None:
+    """Position 5 (good, 10 ms) measures 25 ms twice in a row, slower than the bad end (20 ms)
+    ever is: no configuration has that level, so the point is measured on and judged on its
+    launches at a possible level."""
+
+    def script(pos: int, k: int) -> float:
+        if pos == 5 and k < 2:
+            return 25.0
+        return step(6, 10.0, 20.0)(pos, k)
+
+    engine = Engine(path(8), Policy(paired_verify=False), threshold=14.0)
+    drive(engine, script)
+    outcome = engine.outcome
+    assert outcome is not None and outcome.culprit is not None
+    assert outcome.culprit.first_bad.position == 6
+    assert engine.launches[5][:2] == [25.0, 25.0] and len(engine.launches[5]) >= 3

@@ -1008,6 +1008,18 @@ class Engine:
             return any(v * margin < level for v in new)
         return any(v > level * margin for v in new)
 
+    def _split_beyond(self, seg: _Segment, position: int) -> tuple[list[float], list[float]]:
+        """``position``'s launches clearly beyond the segment's worse end, and the others."""
+        values = self.launches.get(position, [])
+        worse_end = self.launches.get(seg.hi)
+        if not values or not worse_end:
+            return [], list(values)
+        level = self._level_of(worse_end)
+        margin = 1 + max(0.1, self.policy.noise.z * self.rel_sd())
+        hib = self.policy.higher_is_better
+        beyond = [v for v in values if (v * margin < level if hib else v > level * margin)]
+        return beyond, [v for v in values if v not in beyond]
+
     def _verify_single(
         self, seg: _Segment, lo: int, hi: int, measured: int | None = None
     ) -> Generator[_Batch, list[LaunchResult], int | None]:
@@ -1038,6 +1050,18 @@ class Engine:
             if {lo, hi} & self.gave_up:
                 break
             v_lo, v_hi = self._decide(lo, seg), self._decide(hi, seg)
+            # Launches of the first bad point slower than the segment's worse end show a level
+            # no configuration has: outlier launches (two in a row happen). Until a launch at a
+            # possible level is in, it is measured on, then judged on those alone.
+            beyond, possible = self._split_beyond(seg, hi)
+            suspect = bool(beyond) and hi != seg.hi
+            if suspect and possible:
+                v_hi = classify(
+                    self._estimate(possible), seg.threshold, self.policy.higher_is_better
+                )
+            pending = suspect and not possible
+            if pending and len(self.launches.get(hi, [])) < self.policy.max_launches:
+                continue
             if pairs >= self.policy.verify_min_pairs and v_lo is not None and v_hi is not None:
                 break
             if pairs >= self.policy.verify_max_pairs:
