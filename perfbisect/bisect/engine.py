@@ -350,6 +350,12 @@ class Engine:
         values = self.launches.get(position, [])
         if not values:
             return None
+        if seg is not None and position not in (seg.lo, seg.hi):
+            # Launches slower than the segment's worse end show a level no configuration has
+            # (outliers, maybe two in a row): with launches at a possible level, those decide.
+            beyond, possible = self._split_beyond(seg, position)
+            if beyond and possible:
+                values = possible
         # A level of its own takes precedence over the side of the threshold it falls on, so
         # that every point of one plateau gets the same verdict. Two launches at least: one
         # launch cannot tell a plateau from a shifted launch.
@@ -891,30 +897,41 @@ class Engine:
             break
         i_lo, i_hi = self._bracket(seg)
         lo, hi = seg.order[i_lo], seg.order[i_hi]
-        effect = difference(
-            self.launches[lo], self.launches[hi], self.rel_sd(), self.policy.noise.z
-        )
-        ok, note = self._verification(lo, hi)
+        a, b = self._possible(seg, lo), self._possible(seg, hi)
+        effect = difference(a, b, self.rel_sd(), self.policy.noise.z)
+        ok, note = self._verification(lo, hi, seg)
         return Culprit(self.point(lo), self.point(hi), effect, ok, note)
+
+    def _possible(self, seg: _Segment, position: int) -> list[float]:
+        """The launches that say ``position``'s level: those at a possible level when some
+        lie beyond the segment's worse end (as ``_decide`` judges it)."""
+        if position in (seg.lo, seg.hi):
+            return self.launches[position]
+        beyond, possible = self._split_beyond(seg, position)
+        return possible if beyond and possible else self.launches[position]
 
     def _big_enough(self, step: Culprit) -> bool:
         lo, hi = step.last_good.position, step.first_bad.position
         worse = self._worse_by(self.launches[lo], self.launches[hi])
         return worse.delta >= self.policy.min_effect * abs(median(self.launches[lo]))
 
-    def _verification(self, lo: int, hi: int) -> tuple[bool, str | None]:
+    def _verification(
+        self, lo: int, hi: int, seg: _Segment | None = None
+    ) -> tuple[bool, str | None]:
         """Verified only when the verification launches ran, agreed, and the effect's interval
         excludes zero; otherwise why not and what would settle it."""
         note = self.verify_notes.get((lo, hi))
         if note:
             return False, note
-        worse = self._worse_by(self.launches[lo], self.launches[hi])
+        a = self._possible(seg, lo) if seg else self.launches[lo]
+        b = self._possible(seg, hi) if seg else self.launches[hi]
+        worse = self._worse_by(a, b)
         if worse.lo <= 0:
             return False, (
                 f"the effect's interval [{worse.lo:+.4g}, {worse.hi:+.4g}] reaches zero; more "
                 f"interleaved launches of positions {lo} and {hi} would settle it"
             )
-        floor = self.policy.min_effect * abs(median(self.launches[lo]))
+        floor = self.policy.min_effect * abs(median(a))
         if worse.delta < floor:
             return False, (
                 f"the effect {worse.delta:+.4g} is below the minimum effect "
@@ -1052,14 +1069,9 @@ class Engine:
             v_lo, v_hi = self._decide(lo, seg), self._decide(hi, seg)
             # Launches of the first bad point slower than the segment's worse end show a level
             # no configuration has: outlier launches (two in a row happen). Until a launch at a
-            # possible level is in, it is measured on, then judged on those alone.
+            # possible level is in, it is measured on (``_decide`` then sets them aside).
             beyond, possible = self._split_beyond(seg, hi)
-            suspect = bool(beyond) and hi != seg.hi
-            if suspect and possible:
-                v_hi = classify(
-                    self._estimate(possible), seg.threshold, self.policy.higher_is_better
-                )
-            pending = suspect and not possible
+            pending = bool(beyond) and not possible and hi != seg.hi
             if pending and len(self.launches.get(hi, [])) < self.policy.max_launches:
                 continue
             if pairs >= self.policy.verify_min_pairs and v_lo is not None and v_hi is not None:
