@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -21,6 +22,8 @@ from perfbisect.store.models import (
     SessionRow,
     Step,
 )
+
+_JOB = re.compile(r"^slurm job (\S+) on ")
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,17 @@ class LaunchView:
             "log": self.log_path,
             "snapshot": self.snapshot_id,
             "host": self.host,
+            "job_id": self.job_id,
         }
+
+    @property
+    def job_id(self) -> str | None:
+        """The Slurm job that ran it (its flag ``slurm job N on NODE``), if one did."""
+        for flag in self.flags:
+            match = _JOB.match(str(flag))
+            if match:
+                return match.group(1)
+        return None
 
 
 def _views(db: Session, launches: Sequence[Launch]) -> list[LaunchView]:
