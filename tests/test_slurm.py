@@ -113,13 +113,10 @@ def _wait_for(condition, timeout: float = 120):  # type: ignore[no-untyped-def]
     raise AssertionError("timed out waiting")
 
 
-def test_a_job_cancelled_from_outside_is_retried_not_a_verdict(
-    cli: Cli, tmp_path: Path, slurm: slurm_fixture.SlurmCluster
-) -> None:
-    run = _cli(cli, slurm)
-    shas = _experiment(tmp_path, slots=1, sleep=3, good=3, bad=3)
+def _start_bisect(run: Cli, tmp_path: Path, shas: list[str]) -> subprocess.Popen[str]:
+    """`bisect start` of the whole path in its own process (the test signals or waits on it)."""
     argv = [sys.executable, "-m", "perfbisect", "bisect", "start", "--good", shas[0]]
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [*argv, "--bad", shas[-1], "--json"],
         cwd=tmp_path,
         env=run.env,
@@ -127,6 +124,14 @@ def test_a_job_cancelled_from_outside_is_retried_not_a_verdict(
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def test_a_job_cancelled_from_outside_is_retried_not_a_verdict(
+    cli: Cli, tmp_path: Path, slurm: slurm_fixture.SlurmCluster
+) -> None:
+    run = _cli(cli, slurm)
+    shas = _experiment(tmp_path, slots=1, sleep=3, good=3, bad=3)
+    proc = _start_bisect(run, tmp_path, shas)
     try:
         first = _wait_for(lambda: _running_jobs(slurm))[0]
         subprocess.run(["scancel", first], env={**os.environ, **slurm.env}, check=True)
@@ -152,15 +157,7 @@ def test_ctrl_c_leaves_no_job_in_the_queue(
 ) -> None:
     run = _cli(cli, slurm)
     shas = _experiment(tmp_path, slots=3, sleep=30)
-    argv = [sys.executable, "-m", "perfbisect", "bisect", "start", "--good", shas[0]]
-    proc = subprocess.Popen(
-        [*argv, "--bad", shas[-1], "--json"],
-        cwd=tmp_path,
-        env=run.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _start_bisect(run, tmp_path, shas)
     try:
         _wait_for(lambda: _running_jobs(slurm))
         time.sleep(1)
