@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 
 from perfbisect.bisect.stats import (
     Difference,
@@ -859,42 +859,41 @@ class Engine:
             return False
         return True
 
+    def _beyond_worse_end(self, seg: _Segment) -> Callable[[float], bool] | None:
+        """Whether a launch value lies clearly beyond the segment's worse end's level (a level
+        no configuration between the ends has), or None before that end has launched."""
+        worse_end = self.launches.get(seg.hi)
+        if not worse_end:
+            return None
+        level = self._level_of(worse_end)
+        margin = 1 + max(0.1, self.policy.noise.z * self.rel_sd())
+        if self.policy.higher_is_better:
+            return lambda v: v * margin < level
+        return lambda v: v > level * margin
+
     def _slow_launches_seen(self, seg: _Segment) -> bool:
         """Has this machine shown a burst: two launches in a row slower than any level can
         explain (beyond the segment's worse end)? Then a bracket is verified in back-to-back
         pairs; a machine with at most sporadic outliers verifies with one launch."""
-        worse_end = self.launches.get(seg.hi)
-        if not worse_end:
+        beyond = self._beyond_worse_end(seg)
+        if beyond is None:
             return False
-        level = self._level_of(worse_end)
-        margin = 1 + max(0.1, self.policy.noise.z * self.rel_sd())
-        hib = self.policy.higher_is_better
-        slow = [v * margin < level if hib else v > level * margin for v in self.in_order]
+        slow = [beyond(v) for v in self.in_order]
         return any(a and b for a, b in itertools.pairwise(slow))
 
     def _beyond(self, seg: _Segment, lo: int, hi: int, since: tuple[int, int]) -> bool:
         """Does a launch of this verification lie clearly beyond the segment's worse end?"""
-        worse_end = self.launches.get(seg.hi)
-        if not worse_end:
-            return False
-        level = self._level_of(worse_end)
-        margin = 1 + max(0.1, self.policy.noise.z * self.rel_sd())
+        beyond = self._beyond_worse_end(seg)
         new = [*self.launches.get(lo, [])[since[0] :], *self.launches.get(hi, [])[since[1] :]]
-        if self.policy.higher_is_better:
-            return any(v * margin < level for v in new)
-        return any(v > level * margin for v in new)
+        return beyond is not None and any(beyond(v) for v in new)
 
     def _split_beyond(self, seg: _Segment, position: int) -> tuple[list[float], list[float]]:
         """``position``'s launches clearly beyond the segment's worse end, and the others."""
         values = self.launches.get(position, [])
-        worse_end = self.launches.get(seg.hi)
-        if not values or not worse_end:
+        beyond = self._beyond_worse_end(seg)
+        if not values or beyond is None:
             return [], list(values)
-        level = self._level_of(worse_end)
-        margin = 1 + max(0.1, self.policy.noise.z * self.rel_sd())
-        hib = self.policy.higher_is_better
-        beyond = [v for v in values if (v * margin < level if hib else v > level * margin)]
-        return beyond, [v for v in values if v not in beyond]
+        return [v for v in values if beyond(v)], [v for v in values if not beyond(v)]
 
     def _verify_single(
         self, seg: _Segment, lo: int, hi: int, measured: int | None = None

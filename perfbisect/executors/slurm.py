@@ -174,20 +174,19 @@ class SlurmTarget:
         return f"past its time limit ({self.limit_min} min) and was cancelled", node
 
     @staticmethod
-    def _node(job_id: str) -> str:
-        shown = _run(["scontrol", "show", "job", str(job_id)])
-        for token in shown.split():
-            if token.startswith("BatchHost="):
+    def _job_field(job_id: str, key: str) -> str:
+        """One field of ``scontrol show job`` (``BatchHost``, ``JobState``), "" if not shown."""
+        for token in _run(["scontrol", "show", "job", str(job_id)]).split():
+            if token.startswith(f"{key}="):
                 return token.split("=", 1)[1]
         return ""
 
-    @staticmethod
-    def _final_state(job_id: str) -> str:
-        shown = _run(["scontrol", "show", "job", str(job_id)])
-        for token in shown.split():
-            if token.startswith("JobState="):
-                return token.split("=", 1)[1]
-        return "VANISHED"  # purged from the controller already
+    def _node(self, job_id: str) -> str:
+        return self._job_field(job_id, "BatchHost")
+
+    def _final_state(self, job_id: str) -> str:
+        # Purged from the controller already: it vanished.
+        return self._job_field(job_id, "JobState") or "VANISHED"
 
     @staticmethod
     def _cancel(job: Any) -> None:

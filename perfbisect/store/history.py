@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -95,13 +95,10 @@ def _views(db: Session, launches: Sequence[Launch]) -> list[LaunchView]:
             .where(EnvSnapshot.id.in_(chunk))
         )
         hosts.update({int(i): str(a or h) for i, a, h in rows})
-    return [
-        replace(_view(la), host=hosts.get(la.snapshot_id)) if la.snapshot_id else _view(la)
-        for la in launches
-    ]
+    return [_view(la, hosts.get(la.snapshot_id) if la.snapshot_id else None) for la in launches]
 
 
-def _view(launch: Launch) -> LaunchView:
+def _view(launch: Launch, host: str | None = None) -> LaunchView:
     return LaunchView(
         launch.id,
         launch.session_id,
@@ -121,6 +118,7 @@ def _view(launch: Launch) -> LaunchView:
         launch.started_at,
         launch.log_path,
         launch.snapshot_id,
+        host,
     )
 
 

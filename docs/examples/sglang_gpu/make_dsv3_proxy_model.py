@@ -17,15 +17,27 @@ import sys
 from pathlib import Path
 
 VOCAB = 163840  # Kimi-K2's; the byte-level tokenizer's 258 ids are all inside it
-KIMI_K2 = {
-    "architectures": ["DeepseekV3ForCausalLM"],
-    "model_type": "deepseek_v3",
+# What the target and its draft share.
+COMMON = {
     "vocab_size": VOCAB,
     "hidden_size": 7168,
     "intermediate_size": 18432,
+    "num_attention_heads": 64,
+    "hidden_act": "silu",
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 50000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "bos_token_id": 256,
+    "eos_token_id": 257,
+}
+KIMI_K2 = {
+    **COMMON,
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
     "moe_intermediate_size": 2048,
     "num_hidden_layers": 61,
-    "num_attention_heads": 64,
     "num_key_value_heads": 64,
     "q_lora_rank": 1536,
     "kv_lora_rank": 512,
@@ -43,34 +55,15 @@ KIMI_K2 = {
     "scoring_func": "sigmoid",
     "norm_topk_prob": True,
     "routed_scaling_factor": 2.827,
-    "hidden_act": "silu",
-    "max_position_embeddings": 4096,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 50000.0,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-    "bos_token_id": 256,
-    "eos_token_id": 257,
 }
 EAGLE3 = {
+    **COMMON,
     "architectures": ["LlamaForCausalLMEagle3"],
     "model_type": "llama",
-    "vocab_size": VOCAB,
     "draft_vocab_size": VOCAB,
-    "hidden_size": 7168,
-    "intermediate_size": 18432,
     "num_hidden_layers": 1,
-    "num_attention_heads": 64,
     "num_key_value_heads": 8,
     "head_dim": 128,
-    "hidden_act": "silu",
-    "max_position_embeddings": 4096,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 50000.0,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-    "bos_token_id": 256,
-    "eos_token_id": 257,
 }
 
 

@@ -100,6 +100,8 @@ def prepare_model(host: Host, source: str, spec: ProxySpec, root: str) -> str:
     rewritten = json.dumps(proxy_config(config, spec), indent=2, sort_keys=True)
     digest = hashlib.sha256(f"{source}\n{rewritten}".encode()).hexdigest()[:12]
     folder = f"{root}/{digest}"
+    if host.read_text(f"{folder}/config.json") == rewritten:
+        return folder  # made by an earlier launch (config.json is written last)
     listing = host.run(["ls", "-1", source], timeout_s=60)
     if not listing.ok:
         raise StepFailed("build", f"proxy: cannot list {source} on {host.address}")
