@@ -27,6 +27,11 @@ from perfbisect.targets.base import Measurement
 
 POLL_S = 1.0
 SLACK_S = 300.0  # past the job's own time limit before perfbisect stops waiting
+# Job states in which the job may still produce its result (squeue's long names).
+LIVE_STATES = frozenset(
+    {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "REQUEUED",
+     "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"}
+)
 ATTEMPTS = 2  # a job that ends without a result is submitted once more
 
 
@@ -148,27 +153,26 @@ class SlurmTarget:
 
     def _wait(self, job: Any, stage: Callable[[str], None]) -> tuple[str, str]:
         """("done", node) once the result file is there; (final state, node) once the job
-        left the queue without one. Bounded by the job's own time limit plus slack."""
+        ended without one. Bounded by the job's own time limit plus slack."""
         deadline = time.monotonic() + self.limit_min * 60 + SLACK_S
         said = ""
         node = ""
         while time.monotonic() < deadline:
             if job.paths.result_pickle.exists():
                 return "done", node or self._node(job.job_id)
-            listed = _run(["squeue", "-h", "-j", str(job.job_id), "-o", "%T %N"])
-            if listed:
-                state, _, where = listed.partition(" ")
-                node = where.strip() or node
-                if state != said:
-                    said = state
-                    stage(
-                        f"slurm: job {job.job_id} {state.lower()}" + (f" on {node}" if node else "")
-                    )
-            else:
-                time.sleep(POLL_S)  # it may have just written its result
+            # ``-t all`` keeps a finished job listed (with its final state) for the
+            # controller's MinJobAge, so a cancel from outside is seen as CANCELLED.
+            listed = _run(["squeue", "-h", "-t", "all", "-j", str(job.job_id), "-o", "%T %N"])
+            state, _, where = listed.partition(" ")
+            node = where.strip() or node
+            if state and state != said:
+                said = state
+                stage(f"slurm: job {job.job_id} {state.lower()}" + (f" on {node}" if node else ""))
+            if not state or state not in LIVE_STATES:
+                time.sleep(POLL_S)  # a finished job may be writing its result just now
                 if job.paths.result_pickle.exists():
                     return "done", node or self._node(job.job_id)
-                return self._final_state(job.job_id), node
+                return state or self._final_state(job.job_id), node
             time.sleep(POLL_S)
         self._cancel(job)
         return f"past its time limit ({self.limit_min} min) and was cancelled", node
