@@ -18,6 +18,7 @@ import math
 from collections.abc import Callable, Generator, Sequence
 
 from perfbisect.bisect.stats import (
+    OUTLIER_RATIO,
     Difference,
     Estimate,
     Verdict,
@@ -49,6 +50,11 @@ _Batch = list[LaunchRequest]
 _Search = Generator[_Batch, list[LaunchResult], None]
 _MAX_STEPS = 4  # steps reported at most: each further one costs a whole binary search
 _CORRECTED = -1  # from _verify: a verdict was corrected, the bracket moved (search on)
+# A burst of a shared machine slows a few launches in a row (2-4 seen); launches this close in
+# time to one no level can explain are suspect.
+_BURST_REACH = 3
+_POOL_TOLERANCE = 0.1  # core_launches' rel_sd for pooling: it keeps launches within 1.4x
+BURST_MARGIN = 0.25  # "no level explains it": 25% beyond the worse end (bursts are 1.5-2x)
 
 
 class Engine:
@@ -73,9 +79,15 @@ class Engine:
         self.seen_gaps: list[tuple[int, int]] = []  # level changes seen, not searched
         self.creep_gaps: list[tuple[int, int]] = []  # level gaps searched, with no one step
         self.in_order: list[float] = []  # every launch value, in launch order
+        self.seq: dict[int, list[int]] = {}  # each launch's index into in_order, per position
+        # Launches taken out of a point's evidence because they ran in a burst of the machine
+        # (next to a launch no level can explain); they stay in the store and the log.
+        self.set_aside: dict[int, list[float]] = {}
         self._rel_sd_at = -1
         self._rel_sd = 0.0
         self._exhausted: tuple[int, int] | None = None
+        self._flipped_end: int | None = None  # an endpoint contradicted its verdict (redo once)
+        self._redone = False
         self._failing: dict[int, int] = {}  # failures in a row since the last value
         self.verdicts: dict[int, Verdict] = {}
         self.evaluations = 0
@@ -104,6 +116,7 @@ class Engine:
             if result.ok:
                 assert result.value is not None
                 self.launches.setdefault(position, []).append(result.value)
+                self.seq.setdefault(position, []).append(len(self.in_order))
                 self.in_order.append(result.value)
                 self._failing.pop(position, None)
                 continue
@@ -147,7 +160,12 @@ class Engine:
     def rel_sd(self) -> float:
         # Launch values change only in feed(): one computation per batch, not per question.
         if self._rel_sd_at != self.launch_count:
-            self._rel_sd = pooled_rel_sd(self.launches.values(), self.policy.noise)
+            # Without each point's outlier launches (1.4x its best and slower): slow outliers
+            # and bursts must not inflate the noise that every interval is built from (they
+            # are set aside anyway). A wide tolerance keeps the ordinary spread.
+            hib = self.policy.higher_is_better
+            groups = [core_launches(v, _POOL_TOLERANCE, hib) for v in self.launches.values()]
+            self._rel_sd = pooled_rel_sd(groups, self.policy.noise)
             self._rel_sd_at = self.launch_count
         return self._rel_sd
 
@@ -260,6 +278,28 @@ class Engine:
         last = len(self.path) - 1
         self._top = _Segment(list(range(last + 1)), self.threshold)
         found = yield from self._steps(self._top)
+        remeasured = ""
+        if found is None and self._flipped_end is not None:
+            # An endpoint judged on the other side late in the search: a burst at the start
+            # can have set a wrong threshold (all of the first endpoint launches slow). Judge
+            # the endpoints again on more launches, once, and search anew; the launches made
+            # so far count.
+            which = "good" if self._flipped_end == 0 else "bad"
+            remeasured = (
+                f"; the {which} endpoint contradicted its first verdict, so the endpoints were "
+                "measured again and the search redone"
+            )
+            self._flipped_end = None
+            self.outcome = None
+            self.seen_gaps.clear()
+            self.creep_gaps.clear()
+            if not self.fixed_threshold:
+                self.threshold = None
+            if not (yield from self._endpoints()):
+                return
+            assert self.threshold is not None
+            self._top = _Segment(list(range(last + 1)), self.threshold)
+            found = yield from self._steps(self._top)
         if found is None:
             return
         unresolved, steps = found
@@ -278,6 +318,7 @@ class Engine:
                 f"the regression came in {len(steps)} steps (at positions {where} of {last}); "
                 f"position {culprit.first_bad.position} {which}"
             )
+        message += remeasured
         if unresolved:
             message += f"; {len(unresolved)} further level change(s) could not be pinned down"
         seen = tuple(self.seen_gaps)
@@ -524,7 +565,21 @@ class Engine:
                     settled = settled and self._threshold_tight()
                 else:
                     settled = worse.hi < 0 and n >= self.policy.endpoint_confirm_launches
-            if settled or n >= self.policy.max_launches or {good, bad} & self.gave_up:
+            # An endpoint whose launches fall at two levels (a burst slowed some of them)
+            # does not have a level yet: it is measured on, up to twice the usual launches.
+            split = [
+                p
+                for p in (good, bad)
+                if self._two_levels(self.launches[p])
+                and len(self.launches[p]) < 2 * self.policy.max_launches
+            ]
+            if split:
+                settled = False
+                if self.fixed_threshold:
+                    wanted = sorted(set(wanted) | set(split))
+            if settled or {good, bad} & self.gave_up:
+                break
+            if n >= self.policy.max_launches and not split:
                 break
             yield self._request(wanted, Purpose.ENDPOINT)
 
@@ -571,6 +626,15 @@ class Engine:
             )
         self._finish(Status.NOT_REPRODUCED, f"{why} {unit}")
         return False
+
+    def _two_levels(self, values: Sequence[float]) -> bool:
+        """Launches at two levels, as many slow as fast: none of them set aside as outliers
+        although some are 1.4x the best one (a burst, or a flaky configuration)."""
+        if len(values) < 3:
+            return False
+        core = self._core(values)
+        times = [1 / v if self.policy.higher_is_better else v for v in values if v > 0]
+        return len(core) == len(values) and max(times) >= OUTLIER_RATIO * min(times)
 
     def _evaluate(
         self, seg: _Segment, position: int
@@ -633,12 +697,20 @@ class Engine:
         if own_rel_sd(own) > 2.5 * self.rel_sd():
             return pooled  # its launches disagree (bimodal): it has no one level to share
 
+        sides: set[Verdict] = set()
         for other, values in self.launches.items():
             if other == position or other not in seg.index:
                 continue
             if self._clearly_worse(own, values) or self._clearly_worse(values, own):
                 continue
             pooled.extend(values)
+            verdict = seg.verdicts.get(other)
+            if verdict in (Verdict.GOOD, Verdict.BAD):
+                sides.add(verdict)
+        if len(sides) == 2:
+            # Alike both points judged good and points judged bad: its launches are too few
+            # to tell which plateau it is on, and the pool would mix the two.
+            return list(own)
         return pooled
 
     def _crossed(self, seg: _Segment, position: int, verdict: Verdict) -> bool:
@@ -690,6 +762,8 @@ class Engine:
                     "(`--all-steps` searches every step)"
                 )
                 return None
+            if self._reopen_burst_verdicts(seg):
+                continue
             # Segment ends keep their verdicts (a flip ends the search), so the bracket exists.
             i_lo, i_hi = self._bracket(seg)
             lo, hi = seg.order[i_lo], seg.order[i_hi]
@@ -734,6 +808,9 @@ class Engine:
                     verified.discard((lo, hi))
                     continue
                 if flipped is not None:
+                    if top and not self._redone:
+                        self._redone = True
+                        self._flipped_end = flipped
                     if top:
                         which = "good" if flipped == seg.lo else "bad"
                         self._finish(
@@ -859,14 +936,17 @@ class Engine:
             return False
         return True
 
-    def _beyond_worse_end(self, seg: _Segment) -> Callable[[float], bool] | None:
+    def _beyond_worse_end(
+        self, seg: _Segment, at_least: float = 0.1
+    ) -> Callable[[float], bool] | None:
         """Whether a launch value lies clearly beyond the segment's worse end's level (a level
-        no configuration between the ends has), or None before that end has launched."""
+        no configuration between the ends has), by ``at_least`` of it or the noise's interval,
+        or None before that end has launched."""
         worse_end = self.launches.get(seg.hi)
         if not worse_end:
             return None
         level = self._level_of(worse_end)
-        margin = 1 + max(0.1, self.policy.noise.z * self.rel_sd())
+        margin = 1 + max(at_least, self.policy.noise.z * self.rel_sd())
         if self.policy.higher_is_better:
             return lambda v: v * margin < level
         return lambda v: v > level * margin
@@ -880,6 +960,42 @@ class Engine:
             return False
         slow = [beyond(v) for v in self.in_order]
         return any(a and b for a, b in itertools.pairwise(slow))
+
+    def _reopen_burst_verdicts(self, seg: _Segment) -> bool:
+        """Once the machine has shown a burst, launches near one no level explains (slower
+        than the segment's worse end) are suspect: a burst slows a good configuration's launch
+        into the bad range without leaving it. A point judged on the worse side on such a
+        launch has it set aside and is judged again (re-measured if nothing else decides it).
+        Slow launches cannot make a point look better, so better-side verdicts stand. True
+        when a verdict was reopened."""
+        if not self._slow_launches_seen(seg):
+            return False
+        beyond = self._beyond_worse_end(seg, BURST_MARGIN)
+        assert beyond is not None
+        suspect: set[int] = set()
+        for i, v in enumerate(self.in_order):
+            if beyond(v):
+                suspect.update(range(i - _BURST_REACH, i + _BURST_REACH + 1))
+        reopened = False
+        for p, verdict in list(seg.verdicts.items()):
+            if p in (seg.lo, seg.hi) or not self._crossed(seg, p, verdict):
+                continue
+            seqs = self.seq.get(p, [])
+            if not suspect.intersection(seqs):
+                continue
+            if len(seqs) + len(self.set_aside.get(p, [])) >= 2 * self.policy.max_launches:
+                continue  # measured often enough: its launches stand as they are
+            kept = [(i, v) for i, v in zip(seqs, self.launches[p]) if i not in suspect]
+            self.set_aside.setdefault(p, []).extend(
+                v for i, v in zip(seqs, self.launches[p]) if i in suspect
+            )
+            self.seq[p] = [i for i, _ in kept]
+            self.launches[p] = [v for _, v in kept]
+            if not kept:
+                del self.launches[p]
+            del seg.verdicts[p]
+            reopened = True
+        return reopened
 
     def _beyond(self, seg: _Segment, lo: int, hi: int, since: tuple[int, int]) -> bool:
         """Does a launch of this verification lie clearly beyond the segment's worse end?"""
@@ -958,6 +1074,12 @@ class Engine:
         flipped: int | None = None
         for p, v in ((lo, v_lo), (hi, v_hi)):
             new = v if v is not None else Verdict.UNCLEAR
+            if p in ends and seg is self._top and self._two_levels(self.launches[p]):
+                # An endpoint whose launches now fall at two levels: its first launches ran
+                # in a burst and set the threshold; it cannot be trusted (the session
+                # measures the endpoints again).
+                flipped = p
+                continue
             if p in ends and new is not seg.verdicts[p]:
                 if new in (Verdict.UNCLEAR, Verdict.INTERMEDIATE):
                     # Undecided (an outlier launch widened its interval): the end keeps the
