@@ -471,3 +471,65 @@ def test_two_outlier_launches_at_one_point_do_not_make_it_the_culprit() -> None:
     assert outcome is not None and outcome.culprit is not None
     assert outcome.culprit.first_bad.position == 6
     assert engine.launches[5][:2] == [25.0, 25.0] and len(engine.launches[5]) >= 3
+
+
+def _slow_launches(script: Script, slow: set[int], factor: float) -> Script:
+    """``script`` on a shared machine: the launches whose ordinal (0-based, over the whole
+    session) is in ``slow`` run ``factor`` times slower, whatever they measure."""
+    count = [0]
+
+    def slowed(pos: int, k: int) -> float | None:
+        value = script(pos, k)
+        n = count[0]
+        count[0] += 1
+        return value * factor if value is not None and n in slow else value
+
+    return slowed
+
+
+def test_a_burst_over_the_endpoint_launches_remeasures_them_and_redoes_the_search() -> None:
+    # All three endpoint launches run 1.8x slow: the derived threshold lands above the bad
+    # level, every point looks good, and the bad endpoint's verification launch (at its real
+    # level) splits its launches into two levels: the endpoints are measured again.
+    engine = Engine(path(64))
+    drive(engine, _slow_launches(step(40, 10.0, 20.0), {0, 1, 2}, 1.8))
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.FOUND, outcome.message
+    assert outcome.culprit is not None and outcome.culprit.first_bad.position == 40
+    assert "measured again" in outcome.message
+    assert outcome.threshold == pytest.approx(math.sqrt(10 * 20), rel=0.1)
+
+
+def test_a_burst_that_steers_the_search_has_its_verdicts_set_aside() -> None:
+    # Culprit 10 of 64; launches 3-6 run 1.9x slow. Points 32 and 16 (bad) come out slower than
+    # any level, two in a row: a burst. Their launches are set aside and re-measured at once,
+    # before the burst could push good points into the bad range and steer the bisection
+    # (without this, 8 and 4 were judged bad and corrected one verification at a time: 24
+    # launches).
+    engine = Engine(path(64))
+    order = drive(engine, _slow_launches(step(10, 10.0, 20.0), {3, 4, 5, 6}, 1.9))
+    outcome = engine.outcome
+    assert outcome is not None and outcome.culprit is not None, outcome and outcome.message
+    assert outcome.culprit.first_bad.position == 10
+    assert {16, 32} <= set(engine.set_aside), engine.set_aside
+    assert all(v > 30 for v in engine.set_aside[32])  # the slow launches, not the real ones
+    assert len(order) <= 16, order
+
+
+@pytest.mark.parametrize("trial", [33, 162])
+def test_a_plateau_at_the_threshold_borrows_launches_from_its_other_points(trial: int) -> None:
+    # Seeded worlds of the search benchmark's plateau scenario (18 -> 22.2 -> 29 ms, given
+    # threshold 23) that ended ambiguous: a plateau point stayed undecided on all its own
+    # launches. The other points of its plateau now launch for it, and the crossing is named.
+    import random
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import search_bench
+
+    world = search_bench.plateau_below_threshold(
+        1024, random.Random(1_000_003 + trial), 0.04, 0.03, False
+    )
+    result = search_bench.run_perfbisect(world, 1024, Policy())
+    assert result.correct and not result.phantom

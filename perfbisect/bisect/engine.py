@@ -53,6 +53,7 @@ _CORRECTED = -1  # from _verify: a verdict was corrected, the bracket moved (sea
 # A burst of a shared machine slows a few launches in a row (2-4 seen); launches this close in
 # time to one no level can explain are suspect.
 _BURST_REACH = 3
+_REOPEN_MAX = 2  # a point judged again after bursts at most this often
 _POOL_TOLERANCE = 0.1  # core_launches' rel_sd for pooling: it keeps launches within 1.4x
 BURST_MARGIN = 0.25  # "no level explains it": 25% beyond the worse end (bursts are 1.5-2x)
 
@@ -88,6 +89,7 @@ class Engine:
         self._exhausted: tuple[int, int] | None = None
         self._flipped_end: int | None = None  # an endpoint contradicted its verdict (redo once)
         self._redone = False
+        self._reopened: dict[int, int] = {}  # times a point's verdict was reopened (bursts)
         self._failing: dict[int, int] = {}  # failures in a row since the last value
         self.verdicts: dict[int, Verdict] = {}
         self.evaluations = 0
@@ -713,6 +715,40 @@ class Engine:
             return list(own)
         return pooled
 
+    def _plateau_mates(self, seg: _Segment, i_lo: int, i_hi: int) -> list[int]:
+        """Crossing first: for the first UNCLEAR point inside the bracket, up to two other
+        points of its plateau (measured, not clearly apart from it, nearest first) that have
+        launches left."""
+        if self.policy.all_steps:
+            return []
+        stuck = [
+            seg.order[i]
+            for i in range(i_lo + 1, i_hi)
+            if seg.verdicts.get(seg.order[i]) is Verdict.UNCLEAR
+            and seg.order[i] not in self.skip_reason
+            and self.launches.get(seg.order[i])
+        ]
+        if not stuck:
+            return []
+        u = stuck[0]
+        own = self.launches[u]
+        if own_rel_sd(own) > 2.5 * self.rel_sd():
+            return []  # bimodal: no one level to share
+        candidates = [
+            p
+            for p, values in self.launches.items()
+            if p != u
+            and p in seg.index
+            and p not in (seg.lo, seg.hi)
+            and p not in self.gave_up
+            and p not in self.skip_reason
+            and len(values) < self.policy.max_launches
+            and not self._clearly_worse(own, values)
+            and not self._clearly_worse(values, own)
+        ]
+        candidates.sort(key=lambda p: abs(seg.index[p] - seg.index[u]))
+        return candidates[:2]
+
     def _crossed(self, seg: _Segment, position: int, verdict: Verdict) -> bool:
         """Is this judged point past the step the segment searches? With every step mapped
         (and in a level gap's segment) any departure from the lower level is; crossing first, an
@@ -820,6 +856,13 @@ class Engine:
                             unresolved=((lo, hi),),
                         )
                     return None
+                continue
+            mates = self._plateau_mates(seg, i_lo, i_hi) if top else []
+            if mates:
+                # A point of a plateau at the threshold is still undecided on all its own
+                # launches: the other points of its plateau launch for it (they share its
+                # level), before the range is called ambiguous.
+                yield self._request(mates, Purpose.SEARCH)
                 continue
             if i_hi - i_lo > 1:
                 n_open = i_hi - i_lo - 1
@@ -983,8 +1026,8 @@ class Engine:
             seqs = self.seq.get(p, [])
             if not suspect.intersection(seqs):
                 continue
-            if len(seqs) + len(self.set_aside.get(p, [])) >= 2 * self.policy.max_launches:
-                continue  # measured often enough: its launches stand as they are
+            if self._reopened.get(p, 0) >= _REOPEN_MAX:
+                continue  # judged again often enough: its launches stand as they are
             kept = [(i, v) for i, v in zip(seqs, self.launches[p]) if i not in suspect]
             self.set_aside.setdefault(p, []).extend(
                 v for i, v in zip(seqs, self.launches[p]) if i in suspect
@@ -994,6 +1037,7 @@ class Engine:
             if not kept:
                 del self.launches[p]
             del seg.verdicts[p]
+            self._reopened[p] = self._reopened.get(p, 0) + 1
             reopened = True
         return reopened
 
