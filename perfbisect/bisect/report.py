@@ -207,11 +207,25 @@ def build_report(
         log_dir=log_dir,
         threshold_interval=outcome.threshold_interval,
         threshold_basis=basis if threshold is not None else "",
-        warnings=tuple(_overlap_warnings(path, steps, threshold)),
+        warnings=tuple([*_overlap_warnings(path, steps, threshold), *_burst_warnings(engine)]),
         search="all steps" if engine.policy.all_steps else "crossing first",
         seen=tuple(_seen(engine, a, b) for a, b in outcome.seen),
         creep=tuple(_creep(engine, a, b) for a, b in engine.creep(outcome.steps, outcome.seen)),
     )
+
+
+def _burst_warnings(engine: Engine) -> list[str]:
+    """Launches the engine took out of the evidence because the machine had a burst."""
+    aside = {p: v for p, v in engine.set_aside.items() if v}
+    if not aside:
+        return []
+    count = sum(len(v) for v in aside.values())
+    where = ", ".join(str(p) for p in sorted(aside))
+    return [
+        f"the machine had bursts of slow launches: {count} launch(es) of position(s) {where} "
+        "ran slower than any level between the endpoints, or next to such a launch, and were "
+        "set aside and measured again (they stay in `bisect log`)"
+    ]
 
 
 def _seen(engine: Engine, a: int, b: int) -> Unresolved:
