@@ -14,8 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfbisect.checks import NUMBER, Checker, Schema
 from perfbisect.config import context_digest
 from perfbisect.errors import ExperimentError
+from perfbisect.launch.method import Method
+from perfbisect.targets.kind import KindCheck
+from perfbisect.targets.kinds import KINDS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -27,103 +31,29 @@ AXIS_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 NCCL_VERSION = re.compile(r"^\d+\.\d+\.\d+(\.post\d+)?$")  # else an [axes.nccl] value is a path
 RESERVED_AXES = {"commit", "patches", "nccl", "driver", "launch", "port", "worktree"}
 
-# Key -> (accepted python types, required). Numbers accept int and float.
-_Schema = dict[str, tuple[tuple[type, ...], bool]]
-_NUMBER = (int, float)
 
-TARGET_SCHEMAS: dict[str, _Schema] = {
-    "command": {
-        "kind": ((str,), True),
-        "repo": ((str,), False),
-        "build": ((str,), False),
-        "serve": ((str,), False),
-        "ready": ((str,), False),
-        "measure": ((str,), True),
-        "timeout_s": (_NUMBER, False),
-    },
-    # The embedded reference server (perfbisect/targets/reference/server.py, or the server.py
-    # of the commit when ``repo`` is set, as in the demo).
-    "reference": {
-        "kind": ((str,), True),
-        "repo": ((str,), False),
-        "tp": ((int,), False),
-        "device": ((str,), False),
-        "layers": ((int,), False),
-        "hidden": ((int,), False),
-        "heads": ((int,), False),
-        "draft_tokens": ((int,), False),
-        "max_seq": ((int,), False),
-        "threads": ((int,), False),
-        "server_args": ((list,), False),
-        "python": ((str,), False),
-        "cycles": ((int,), False),
-        "warmup": ((int,), False),
-        "prompt": ((int,), False),
-        "timeout_s": (_NUMBER, False),
-    },
-    # An SGLang checkout (the commit axis) served with EAGLE-3 speculative decoding.
-    "sglang": {
-        "kind": ((str,), True),
-        "repo": ((str,), False),  # required unless build = "installed"
-        "build": ((str,), False),  # "editable" (the commit's checkout) or "installed"
-        "ready": ((str,), False),  # "health" (/health_generate) or "log" (the ready line)
-        "axis_args": ((dict,), False),  # {axis: {value: [server args]}}
-        "prompts": ((str,), False),
-        "model": ((str,), True),
-        "draft_model": ((str,), True),
-        "tp": ((int,), False),
-        "speculative_num_steps": ((int,), False),
-        "speculative_eagle_topk": ((int,), False),
-        "speculative_num_draft_tokens": ((int,), False),
-        "extra_args": ((list,), False),
-        "python": ((str,), False),
-        "pip_args": ((list,), False),
-        "requests": ((int,), False),
-        "concurrency": ((int,), False),
-        "max_new_tokens": ((int,), False),
-        "warmup_requests": ((int,), False),
-        # Proxy launches (targets/sglang/proxy.py): {layers = N, override?, model?, extra_args?}
-        "proxy": ((dict,), False),
-        "confirm": ((str,), False),  # "full" (default with a proxy) or "none"
-        # Launch the endpoints without speculative decoding too: speculation's speed-up.
-        "baseline": ((bool,), False),
-        "baseline_rounds": ((int,), False),  # with/without pairs per endpoint (default 2)
-        "timeout_s": (_NUMBER, False),
-    },
-}
-PROXY_SCHEMA: _Schema = {
-    "layers": ((int,), True),
-    "override": ((dict,), False),
-    "model": ((str,), False),
-    "extra_args": ((list,), False),
-}
-# Kinds whose samples do not come from a user pattern: [metric] may be left out.
-DEFAULT_METRICS = {
-    "reference": ("verify_ms", r"verify_ms=([0-9.]+)"),
-    "sglang": ("verify_ms", r"verify_ms=([0-9.]+)"),
-}
-METRIC_SCHEMA: _Schema = {
+METRIC_SCHEMA: Schema = {
     "name": ((str,), True),
     "pattern": ((str,), True),
     "higher_is_better": ((bool,), False),
 }
-CUSTOM_AXIS_SCHEMA: _Schema = {"values": ((list,), True), "ordered": ((bool,), False)}
-HOST_SCHEMA: _Schema = {
+CUSTOM_AXIS_SCHEMA: Schema = {"values": ((list,), True), "ordered": ((bool,), False)}
+HOST_SCHEMA: Schema = {
     "address": ((str,), False),
     "ssh_config": ((str,), False),
     "known_hosts": ((str,), False),
     "accept_new_host_key": ((bool,), False),
-    "retry_s": (_NUMBER, False),
+    "retry_s": (NUMBER, False),
 }
-LAUNCH_SCHEMA: _Schema = {
+LAUNCH_SCHEMA: Schema = {
     "method": ((str,), False),
     "ssh_address": ((str,), False),
     "python": ((str,), False),
 }
-LAUNCH_METHODS = ("direct", "tmux", "ssh", "sitecustomize")
+LAUNCH_METHODS = tuple(m.value for m in Method)  # defined once, in launch/method.py
 TOP_LEVEL = {"target", "metric", "axes", "env", "host", "launch", "executor"}
 EXECUTOR_KINDS = ("local", "hosts", "slurm")
-EXECUTOR_SCHEMA: _Schema = {
+EXECUTOR_SCHEMA: Schema = {
     "kind": ((str,), False),
     "slots": ((int,), False),
     "hosts": ((list,), False),
@@ -277,70 +207,6 @@ class Experiment:
         )
 
 
-def find_line(text: str, table: tuple[str, ...], key: str | None = None) -> int | None:
-    """Line number (1-based) of ``key`` inside ``[table]`` (or of the table header itself)."""
-    current: tuple[str, ...] = ()
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        header = re.match(r"^\[\s*([^\[\]]+?)\s*\]$", line)
-        if header:
-            current = tuple(p.strip().strip("\"'") for p in header.group(1).split("."))
-            if key is None and current == table:
-                return number
-            continue
-        if key is not None and current == table:
-            match = re.match(r"^[\"']?([A-Za-z0-9_.\-]+)[\"']?\s*=", line)
-            if match and match.group(1) == key:
-                return number
-    return None
-
-
-class _Checker:
-    """Checks one parsed TOML document against schemas, with file/key/line in every error."""
-
-    def __init__(self, path: Path, text: str) -> None:
-        self.path = path
-        self.text = text
-
-    def fail(self, table: tuple[str, ...], key: str | None, problem: str) -> ExperimentError:
-        line = (
-            find_line(self.text, table, key)
-            or (find_line(self.text, (*table, key)) if key else None)
-            or find_line(self.text, table)
-        )
-        dotted = ".".join((*table, key) if key else table) or "<top level>"
-        where = f"{self.path}:{line}" if line else str(self.path)
-        return ExperimentError(f"{where}: key '{dotted}': {problem}")
-
-    def table(
-        self, doc: Mapping[str, Any], name: tuple[str, ...], required: bool
-    ) -> dict[str, Any]:
-        value = doc.get(name[-1])
-        if value is None:
-            if required:
-                raise self.fail(name[:-1], name[-1], "missing required table")
-            return {}
-        if not isinstance(value, dict):
-            raise self.fail(name[:-1], name[-1], f"must be a table, not {type(value).__name__}")
-        return value
-
-    def check(self, data: Mapping[str, Any], table: tuple[str, ...], schema: _Schema) -> None:
-        for key in data:
-            if key not in schema:
-                known = ", ".join(sorted(schema))
-                raise self.fail(table, key, f"unknown key (known: {known})")
-        for key, (types, required) in schema.items():
-            if key not in data:
-                if required:
-                    raise self.fail(table, None, f"missing required key '{key}'")
-                continue
-            value = data[key]
-            bad_bool = isinstance(value, bool) and bool not in types
-            if not isinstance(value, types) or bad_bool:
-                wanted = " or ".join(t.__name__ for t in types)
-                raise self.fail(table, key, f"must be {wanted}, not {type(value).__name__}")
-
-
 def load_experiment(path: Path | str) -> Experiment:
     """Read and validate an experiment file."""
     path = Path(path).expanduser().resolve()
@@ -358,7 +224,7 @@ def load_experiment(path: Path | str) -> Experiment:
 
 
 def parse_experiment(doc: Mapping[str, Any], path: Path, text: str) -> Experiment:
-    check = _Checker(path, text)
+    check = Checker(path, text)
     for key in doc:
         if key not in TOP_LEVEL:
             raise check.fail((), key, f"unknown table (known: {', '.join(sorted(TOP_LEVEL))})")
@@ -367,14 +233,14 @@ def parse_experiment(doc: Mapping[str, Any], path: Path, text: str) -> Experimen
     kind = target.get("kind")
     if not isinstance(kind, str):
         raise check.fail(("target",), "kind", 'missing required key (e.g. kind = "command")')
-    schema = TARGET_SCHEMAS.get(kind)
-    if schema is None:
+    declared = KINDS.get(kind)  # each kind declares its options next to its code
+    if declared is None:
         raise check.fail(
             ("target",),
             "kind",
-            f"unknown target kind {kind!r} (known: {', '.join(sorted(TARGET_SCHEMAS))})",
+            f"unknown target kind {kind!r} (known: {', '.join(sorted(KINDS))})",
         )
-    check.check(target, ("target",), schema)
+    check.check(target, ("target",), declared.schema)
     if "timeout_s" in target and float(target["timeout_s"]) <= 0:
         raise check.fail(("target",), "timeout_s", "must be positive")
     repo: Path | None = None
@@ -383,9 +249,7 @@ def parse_experiment(doc: Mapping[str, Any], path: Path, text: str) -> Experimen
         if not repo.is_dir():
             raise check.fail(("target",), "repo", f"directory {repo} does not exist")
 
-    if kind == "reference" and target.get("device", "cpu") not in ("cpu", "cuda"):
-        raise check.fail(("target",), "device", "must be 'cpu' or 'cuda'")
-    default_metric = DEFAULT_METRICS.get(kind)
+    default_metric = declared.default_metric  # kinds that report their own metric
     metric_table = check.table(doc, ("metric",), required=default_metric is None)
     if default_metric and not metric_table:
         metric_table = {"name": default_metric[0], "pattern": default_metric[1]}
@@ -409,8 +273,9 @@ def parse_experiment(doc: Mapping[str, Any], path: Path, text: str) -> Experimen
     driver = _parse_driver(check, axes_table)
     if patches and repo is None:
         raise check.fail(("axes",), "patches", "needs [target] repo (patches apply to a checkout)")
-    if kind == "sglang":
-        _check_sglang(check, target, repo, custom, path)
+    kind_checks = declared.check
+    if kind_checks is not None:
+        kind_checks(KindCheck(check, target, repo, {a.name: a.values for a in custom}, path))
 
     env_table = check.table(doc, ("env",), required=False)
     env: dict[str, str] = {}
@@ -440,7 +305,7 @@ def parse_experiment(doc: Mapping[str, Any], path: Path, text: str) -> Experimen
     )
 
 
-def _parse_host(check: _Checker, doc: Mapping[str, Any], path: Path) -> HostSettings:
+def _parse_host(check: Checker, doc: Mapping[str, Any], path: Path) -> HostSettings:
     table = check.table(doc, ("host",), required=False)
     check.check(table, ("host",), HOST_SCHEMA)
     address = str(table.get("address", "local"))
@@ -462,7 +327,7 @@ def _parse_host(check: _Checker, doc: Mapping[str, Any], path: Path) -> HostSett
     )
 
 
-def _parse_executor(check: _Checker, doc: Mapping[str, Any]) -> ExecutorSettings:
+def _parse_executor(check: Checker, doc: Mapping[str, Any]) -> ExecutorSettings:
     table = check.table(doc, ("executor",), required=False)
     check.check(table, ("executor",), EXECUTOR_SCHEMA)
     kind = str(table.get("kind", "local"))
@@ -489,7 +354,7 @@ def _parse_executor(check: _Checker, doc: Mapping[str, Any]) -> ExecutorSettings
     return ExecutorSettings(kind, slots, hosts, slurm)
 
 
-def _parse_launch(check: _Checker, doc: Mapping[str, Any]) -> LaunchSettings:
+def _parse_launch(check: Checker, doc: Mapping[str, Any]) -> LaunchSettings:
     table = check.table(doc, ("launch",), required=False)
     check.check(table, ("launch",), LAUNCH_SCHEMA)
     method = str(table.get("method", "direct"))
@@ -506,75 +371,7 @@ def _parse_launch(check: _Checker, doc: Mapping[str, Any]) -> LaunchSettings:
     )
 
 
-SGLANG_BUILDS = ("editable", "installed")
-SGLANG_READY = ("health", "log")
-
-
-def _check_sglang(
-    check: _Checker,
-    target: Mapping[str, Any],
-    repo: Path | None,
-    custom: tuple[CustomAxisSpec, ...],
-    path: Path,
-) -> None:
-    build = target.get("build", "editable")
-    if build not in SGLANG_BUILDS:
-        raise check.fail(("target",), "build", f"must be one of {', '.join(SGLANG_BUILDS)}")
-    if build == "editable" and repo is None:
-        raise check.fail(
-            ("target",), "repo", 'missing: the SGLang checkout (or build = "installed")'
-        )
-    if target.get("ready", "health") not in SGLANG_READY:
-        raise check.fail(("target",), "ready", f"must be one of {', '.join(SGLANG_READY)}")
-    if "prompts" in target and not (path.parent / str(target["prompts"])).is_file():
-        raise check.fail(("target",), "prompts", f"file {target['prompts']} does not exist")
-    _check_proxy(check, target)
-    axes = {a.name: a for a in custom}
-    for axis, table in dict(target.get("axis_args", {})).items():
-        if axis not in axes:
-            raise check.fail(
-                ("target", "axis_args"), axis, "is not a custom axis of this experiment"
-            )
-        if not isinstance(table, dict):
-            raise check.fail(("target", "axis_args"), axis, "must map axis values to arg lists")
-        for value, args in table.items():
-            if value not in axes[axis].values:
-                raise check.fail(
-                    ("target", "axis_args", axis),
-                    value,
-                    f"is not a value of axis {axis!r} (listed: {', '.join(axes[axis].values)})",
-                )
-            if not isinstance(args, list) or not all(isinstance(a, (str, int)) for a in args):
-                raise check.fail(("target", "axis_args", axis), value, "must be a list of args")
-
-
-def _check_proxy(check: _Checker, target: Mapping[str, Any]) -> None:
-    from perfbisect.targets.sglang.proxy import CONFIRM_CHOICES
-
-    if "confirm" in target:
-        if "proxy" not in target:
-            raise check.fail(("target",), "confirm", "needs a proxy = { layers = N } to confirm")
-        if target["confirm"] not in CONFIRM_CHOICES:
-            raise check.fail(("target",), "confirm", f"must be one of {', '.join(CONFIRM_CHOICES)}")
-    if "proxy" not in target:
-        return
-    proxy = target["proxy"]
-    check.check(proxy, ("target", "proxy"), PROXY_SCHEMA)
-    if proxy["layers"] < 1:
-        raise check.fail(("target", "proxy"), "layers", "must be at least 1")
-    if not all(isinstance(a, (str, int)) for a in proxy.get("extra_args", [])):
-        raise check.fail(("target", "proxy"), "extra_args", "must be a list of args")
-    model = str(proxy.get("model") or target["model"])
-    if not model.startswith(("/", "./", "../", "~")):
-        raise check.fail(
-            ("target", "proxy"),
-            "model",
-            f"a proxy launch needs the model's config.json and tokenizer in a directory; "
-            f"{model!r} is a hub id: download those files and set proxy.model to their folder",
-        )
-
-
-def _parse_custom_axes(check: _Checker, axes: Mapping[str, Any]) -> tuple[CustomAxisSpec, ...]:
+def _parse_custom_axes(check: Checker, axes: Mapping[str, Any]) -> tuple[CustomAxisSpec, ...]:
     for key in axes:
         if key not in ("custom", "patches", "nccl", "driver"):
             raise check.fail(
@@ -630,7 +427,7 @@ def unsafe_paths(diff: str) -> list[str]:
     return bad
 
 
-def _parse_patches(check: _Checker, axes: Mapping[str, Any], path: Path) -> tuple[PatchSpec, ...]:
+def _parse_patches(check: Checker, axes: Mapping[str, Any], path: Path) -> tuple[PatchSpec, ...]:
     import hashlib
 
     table = check.table(axes, ("axes", "patches"), required=False)
@@ -662,7 +459,7 @@ def _parse_patches(check: _Checker, axes: Mapping[str, Any], path: Path) -> tupl
 
 
 def _parse_nccl(
-    check: _Checker, axes: Mapping[str, Any], path: Path
+    check: Checker, axes: Mapping[str, Any], path: Path
 ) -> tuple[tuple[str, ...], int | None]:
     table = check.table(axes, ("axes", "nccl"), required=False)
     if not table:
@@ -691,7 +488,7 @@ def _parse_nccl(
     return tuple(resolved), cuda
 
 
-def _parse_driver(check: _Checker, axes: Mapping[str, Any]) -> DriverSettings | None:
+def _parse_driver(check: Checker, axes: Mapping[str, Any]) -> DriverSettings | None:
     table = check.table(axes, ("axes", "driver"), required=False)
     if not table:
         return None
@@ -703,7 +500,7 @@ def _parse_driver(check: _Checker, axes: Mapping[str, Any]) -> DriverSettings | 
             "values": ((list,), True),
             "hosts": ((dict,), False),
             "switch": ((str,), False),
-            "wait_s": (_NUMBER, False),
+            "wait_s": (NUMBER, False),
         },
     )
     values = table["values"]

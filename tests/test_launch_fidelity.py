@@ -23,7 +23,8 @@ from conftest import Cli, layered_env
 from sshd_fixture import SshServer
 
 from perfbisect.hosts.local import LocalHost
-from perfbisect.launch.base import LaunchOptions, LaunchSpec, make_launcher
+from perfbisect.launch.base import LaunchOptions, LaunchSpec
+from perfbisect.launch.registry import make_launcher
 from perfbisect.probes import sshd_config
 from perfbisect.probes.startup_files import guard_lines, startup_assignments
 from perfbisect.targets.pyenv import layered_venv_argv

@@ -40,6 +40,7 @@ from perfbisect.bisect.specs import resolve_endpoints
 from perfbisect.bisect.stats import instability_flags, median
 from perfbisect.config import Configuration
 from perfbisect.errors import ExperimentError, PerfbisectError, StepFailed, lead_with_error
+from perfbisect.executors.registry import make_target
 from perfbisect.experiment import Experiment, load_experiment
 from perfbisect.paths import cache_dir
 from perfbisect.redact import redact_toml
@@ -54,7 +55,6 @@ from perfbisect.store.history import (
     session_steps,
 )
 from perfbisect.targets.base import Target
-from perfbisect.targets.registry import make_target
 from perfbisect.targets.sglang.proxy import ProxySpec
 
 

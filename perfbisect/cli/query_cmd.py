@@ -97,7 +97,7 @@ def sessions(ctx: typer.Context, as_json: bool = JSON) -> None:
     from perfbisect.store.history import list_sessions
 
     rows = list_sessions(ctx_store(ctx))
-    data = []
+    data: list[dict[str, Any]] = []
     for row in rows:
         culprit = (row.result or {}).get("culprit") or {}
         data.append(

@@ -29,8 +29,21 @@ POLL_S = 1.0
 SLACK_S = 300.0  # past the job's own time limit before perfbisect stops waiting
 # Job states in which the job may still produce its result (squeue's long names).
 LIVE_STATES = frozenset(
-    {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "REQUEUED",
-     "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"}
+    {
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
+        "SUSPENDED",
+        "RESIZING",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "SIGNALING",
+        "STAGE_OUT",
+        "STOPPED",
+        "RESV_DEL_HOLD",
+    }
 )
 ATTEMPTS = 2  # a job that ends without a result is submitted once more
 

@@ -4,27 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Protocol
 
-from perfbisect.errors import UsageError
 from perfbisect.experiment import Experiment
 from perfbisect.hosts.base import Host, HostProcess
+from perfbisect.launch.method import Method
 
-
-class Method(str, Enum):
-    DIRECT = "direct"
-    TMUX = "tmux"
-    SSH = "ssh"
-    SITECUSTOMIZE = "sitecustomize"
-
-    @classmethod
-    def parse(cls, text: str) -> Method:
-        try:
-            return cls(text.strip())
-        except ValueError:
-            known = ", ".join(m.value for m in cls)
-            raise UsageError(f"unknown launch method {text!r} (known: {known})") from None
+__all__ = [
+    "CleanedUpProcess",
+    "LaunchOptions",
+    "LaunchSpec",
+    "Launcher",
+    "Method",
+    "launch_options",
+]
 
 
 @dataclass(frozen=True)
@@ -86,26 +79,6 @@ class Launcher(Protocol):
     def start(self, host: Host, spec: LaunchSpec) -> HostProcess:
         """Start ``spec`` on ``host``; raises ``StepFailed`` when it cannot be started."""
         ...
-
-
-def make_launcher(method: Method | str, options: LaunchOptions | None = None) -> Launcher:
-    method = method if isinstance(method, Method) else Method.parse(method)
-    options = options or LaunchOptions()
-    if method is Method.DIRECT:
-        from perfbisect.launch.direct import DirectLauncher
-
-        return DirectLauncher()
-    if method is Method.TMUX:
-        from perfbisect.launch.tmux import TmuxLauncher
-
-        return TmuxLauncher()
-    if method is Method.SSH:
-        from perfbisect.launch.ssh import SshLauncher
-
-        return SshLauncher(options)
-    from perfbisect.launch.sitecustomize import SitecustomizeLauncher
-
-    return SitecustomizeLauncher(options)
 
 
 def launch_options(experiment: Experiment) -> LaunchOptions:

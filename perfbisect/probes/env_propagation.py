@@ -25,7 +25,8 @@ from typing import Any
 from perfbisect.errors import StepFailed
 from perfbisect.hosts.base import Host, default_python
 from perfbisect.hosts.openssh import OpenSshClient
-from perfbisect.launch.base import LaunchOptions, LaunchSpec, Method, make_launcher
+from perfbisect.launch.base import LaunchOptions, LaunchSpec, Method
+from perfbisect.launch.registry import make_launcher
 from perfbisect.launch.ssh import SshLauncher
 from perfbisect.probes import provenance
 from perfbisect.redact import REDACTED, is_secret

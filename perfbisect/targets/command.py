@@ -27,7 +27,8 @@ from perfbisect.errors import StepFailed
 from perfbisect.experiment import Experiment
 from perfbisect.hosts.base import Host, HostProcess
 from perfbisect.hosts.registry import open_experiment_host, open_host
-from perfbisect.launch.base import LaunchSpec, launch_options, make_launcher
+from perfbisect.launch.base import LaunchSpec, launch_options
+from perfbisect.launch.registry import make_launcher
 from perfbisect.probes.hardware import gpu_memory_used, hardware_snapshot
 from perfbisect.redact import redact_env, redact_text
 from perfbisect.targets import nccl

@@ -1,30 +1,26 @@
-"""Target kinds by name. Imports are lazy so that `perfbisect --help` stays fast."""
+"""Target kinds by name, made from their declarations (targets/kinds.py). Imports are lazy so
+that `perfbisect --help` stays fast."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import cast
 
 from perfbisect.errors import ExperimentError
 from perfbisect.experiment import Experiment
 from perfbisect.targets.base import Target
+from perfbisect.targets.kinds import KINDS
 
 
 def make_target(experiment: Experiment, cache_dir: Path) -> Target:
-    if experiment.executor.kind == "slurm":  # each launch a Slurm job running the target there
-        from perfbisect.executors.slurm import SlurmTarget
-
-        return SlurmTarget(experiment, cache_dir)
-    kind = experiment.target.kind
-    if kind == "command":
-        from perfbisect.targets.command import CommandTarget
-
-        return CommandTarget(experiment, cache_dir)
-    if kind == "reference":
-        from perfbisect.targets.reference.target import ReferenceTarget
-
-        return ReferenceTarget(experiment, cache_dir)
-    if kind == "sglang":
-        from perfbisect.targets.sglang.target import SglangTarget
-
-        return SglangTarget(experiment, cache_dir)
-    raise ExperimentError(f"{experiment.path}: target kind {kind!r} is not available")
+    """The experiment's target kind, launching where perfbisect runs (or on its ``[host]``);
+    ``executors/registry.py`` wraps it for executors that launch elsewhere."""
+    kind = KINDS.get(experiment.target.kind)
+    if kind is None:
+        raise ExperimentError(
+            f"{experiment.path}: target kind {experiment.target.kind!r} is not available"
+        )
+    module, _, name = kind.factory.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    return cast(Target, cls(experiment, cache_dir))

@@ -30,7 +30,6 @@ from perfbisect.errors import StepFailed
 from perfbisect.hosts.base import Host
 
 FIRST_DRAFT_LOAD_FORMAT = Version("0.5.5")
-CONFIRM_CHOICES = ("full", "none")
 # Files of a model directory that hold weights: never needed by a proxy launch.
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5")
 _WEIGHT_INDEXES = (".safetensors.index.json", ".bin.index.json")

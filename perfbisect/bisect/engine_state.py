@@ -1,0 +1,302 @@
+"""The engine's state and its driver interface: launches per configuration, verdicts, the
+session's noise, and the level arithmetic every layer above uses (how worse one set of launches
+is than another, a level from few launches, the derived threshold's interval).
+
+The engine is built in layers, each a class on the one below (no module imports one above it):
+``EngineState`` (here) -> ``Levels`` (levels.py: verdicts, plateaus, bursts) -> ``Verification``
+(verification.py: interleaved and paired launches) -> ``Endpoints`` (endpoints.py) -> ``Engine``
+(engine.py: the search plan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+
+from perfbisect.bisect.stats import (
+    OUTLIER_RATIO,
+    Difference,
+    Estimate,
+    Verdict,
+    core_launches,
+    difference,
+    estimate,
+    median,
+    own_rel_sd,
+    pooled_rel_sd,
+)
+from perfbisect.bisect.values import (
+    THRESHOLD_TIGHTNESS,
+    Culprit,
+    LaunchRequest,
+    LaunchResult,
+    Outcome,
+    PointResult,
+    Policy,
+    Purpose,
+    Status,
+    _Segment,
+    midpoint,
+)
+from perfbisect.config import Configuration
+
+_Batch = list[LaunchRequest]
+_Search = Generator[_Batch, list[LaunchResult], None]
+_MAX_STEPS = 4  # steps reported at most: each further one costs a whole binary search
+_CORRECTED = -1  # from _verify: a verdict was corrected, the bracket moved (search on)
+# A burst of a shared machine slows a few launches in a row (2-4 seen); launches this close in
+# time to one no level can explain are suspect.
+_BURST_REACH = 3
+_REOPEN_MAX = 2  # a point judged again after bursts at most this often
+_POOL_TOLERANCE = 0.1  # core_launches' rel_sd for pooling: it keeps launches within 1.4x
+BURST_MARGIN = 0.25  # "no level explains it": 25% beyond the worse end (bursts are 1.5-2x)
+
+
+class EngineState:
+    """Launch values and verdicts; ``_run`` (the search plan) comes from the top layer."""
+
+    def __init__(
+        self,
+        path: Sequence[Configuration],
+        policy: Policy | None = None,
+        threshold: float | None = None,
+    ) -> None:
+        if len(path) < 2:
+            raise ValueError("the search path needs at least the good and the bad configuration")
+        self.path = list(path)
+        self.policy = policy or Policy()
+        self.threshold = threshold
+        self.fixed_threshold = threshold is not None
+        self.launches: dict[int, list[float]] = {}
+        self.skip_reason: dict[int, str] = {}  # never measured: the configuration cannot run
+        self.failures: dict[int, list[str]] = {}  # every failed launch's reason, per position
+        self.gave_up: set[int] = set()  # measured, then failed past the retries
+        self.verify_notes: dict[tuple[int, int], str] = {}  # verifications that could not run
+        self.unresolved_why: dict[tuple[int, int], str] = {}  # why a range was left open
+        self.seen_gaps: list[tuple[int, int]] = []  # level changes seen, not searched
+        self.creep_gaps: list[tuple[int, int]] = []  # level gaps searched, with no one step
+        self.in_order: list[float] = []  # every launch value, in launch order
+        self.seq: dict[int, list[int]] = {}  # each launch's index into in_order, per position
+        # Launches taken out of a point's evidence because they ran in a burst of the machine
+        # (next to a launch no level can explain); they stay in the store and the log.
+        self.set_aside: dict[int, list[float]] = {}
+        self._rel_sd_at = -1
+        self._rel_sd = 0.0
+        self._exhausted: tuple[int, int] | None = None
+        self._flipped_end: int | None = None  # an endpoint contradicted its verdict (redo once)
+        self._redone = False
+        self._reopened: dict[int, int] = {}  # times a point's verdict was reopened (bursts)
+        self._failing: dict[int, int] = {}  # failures in a row since the last value
+        self.verdicts: dict[int, Verdict] = {}
+        self.evaluations = 0
+        self.launch_count = 0
+        self.rounds = 0  # batches of launches asked for (launched at once with several slots)
+        self.outcome: Outcome | None = None
+        self._new_verdicts: list[PointResult] = []
+        self._top: _Segment | None = None
+        self._pending: _Batch = []
+        self._search = self._run()
+        self._advance(None)
+
+    def next_batch(self) -> list[LaunchRequest]:
+        """Launches wanted now, in the order they should run; empty once the search is over."""
+        return list(self._pending)
+
+    def feed(self, results: Sequence[LaunchResult]) -> None:
+        if len(results) != len(self._pending):
+            raise ValueError(f"expected {len(self._pending)} results, got {len(results)}")
+        retry: _Batch = []
+        for request, result in zip(self._pending, results):
+            self.launch_count += 1
+            position = request.position
+            if result.ok:
+                assert result.value is not None
+                self.launches.setdefault(position, []).append(result.value)
+                self.seq.setdefault(position, []).append(len(self.in_order))
+                self.in_order.append(result.value)
+                self._failing.pop(position, None)
+                continue
+            reason = result.reason or "failed"
+            self.failures.setdefault(position, []).append(reason)
+            if position not in self.launches:
+                self.skip_reason[position] = reason
+                continue
+            failing = self._failing.get(position, 0) + 1
+            self._failing[position] = failing
+            if failing <= self.policy.launch_retries:
+                retry.append(request)
+            else:
+                self.gave_up.add(position)
+        if retry:  # the search waits for the retried launches before it goes on
+            self._pending = retry
+            self.rounds += 1
+            return
+        self._advance(list(results))
+
+    def take_verdicts(self) -> list[PointResult]:
+        """Verdicts reached since the last call (for the driver to store)."""
+        out, self._new_verdicts = self._new_verdicts, []
+        return out
+
+    def point(self, position: int) -> PointResult:
+        verdict = self.verdicts.get(position)
+        values = self.launches.get(position)
+        est = self._estimate(values) if values else None
+        return PointResult(
+            position,
+            self.path[position],
+            verdict if verdict is not None else Verdict.UNCLEAR,
+            est,
+            self.skip_reason.get(position),
+        )
+
+    def evaluated_points(self) -> list[PointResult]:
+        return [self.point(p) for p in sorted(self.verdicts)]
+
+    def rel_sd(self) -> float:
+        # Launch values change only in feed(): one computation per batch, not per question.
+        if self._rel_sd_at != self.launch_count:
+            # Without each point's outlier launches (1.4x its best and slower): slow outliers
+            # and bursts must not inflate the noise that every interval is built from (they
+            # are set aside anyway). A wide tolerance keeps the ordinary spread.
+            hib = self.policy.higher_is_better
+            groups = [core_launches(v, _POOL_TOLERANCE, hib) for v in self.launches.values()]
+            self._rel_sd = pooled_rel_sd(groups, self.policy.noise)
+            self._rel_sd_at = self.launch_count
+        return self._rel_sd
+
+    def _advance(self, results: list[LaunchResult] | None) -> None:
+        try:
+            batch = next(self._search) if results is None else self._search.send(results)
+        except StopIteration:
+            batch = []
+        self._pending = batch
+        if batch:
+            self.rounds += 1
+
+    def _core(self, values: Sequence[float]) -> list[float]:
+        return core_launches(values, self.rel_sd(), self.policy.higher_is_better)
+
+    def _estimate(self, values: Sequence[float]) -> Estimate:
+        return estimate(self._core(values), self.rel_sd(), self.policy.noise.z)
+
+    def _set_verdict(self, position: int, verdict: Verdict, seg: _Segment | None = None) -> None:
+        if seg is not None:
+            seg.verdicts[position] = verdict
+        # The reported verdict is the one against the session's threshold; a later segment
+        # (another level pair) only fills in points the first search never judged.
+        if seg is None or seg is self._top or position not in self.verdicts:
+            self.verdicts[position] = verdict
+        self.evaluations += 1
+        self._new_verdicts.append(self.point(position))
+
+    def _finish(
+        self,
+        status: Status,
+        message: str,
+        culprit: Culprit | None = None,
+        unresolved: tuple[tuple[int, int], ...] = (),
+        steps: tuple[Culprit, ...] | None = None,
+        seen: tuple[tuple[int, int], ...] = (),
+    ) -> None:
+        self.outcome = Outcome(
+            status,
+            self.threshold,
+            message,
+            culprit,
+            unresolved,
+            len(self.verdicts),
+            self.launch_count,
+            steps if steps is not None else ((culprit,) if culprit else ()),
+            None if self.fixed_threshold else self.threshold_interval(),
+            seen,
+        )
+
+    def _request(self, positions: Sequence[int], purpose: Purpose) -> _Batch:
+        return [LaunchRequest(p, self.path[p], purpose) for p in positions]
+
+    def _clearly_worse(
+        self, better: Sequence[float], worse: Sequence[float], strict: bool = False
+    ) -> bool:
+        """``worse`` is worse than ``better`` by at least the minimum effect, significantly,
+        also against each side's own spread (launches that disagree prove nothing). ``strict``:
+        the whole interval beyond the minimum effect, not only the estimate."""
+        better, worse = self._core(better), self._core(worse)
+        rel = max(self.rel_sd(), own_rel_sd(better), own_rel_sd(worse))
+        diff = difference(better, worse, rel, self.policy.noise.z)
+        if self.policy.higher_is_better:
+            diff = Difference(-diff.delta, -diff.hi, -diff.lo)
+        floor = self.policy.min_effect * abs(median(better))
+        return diff.lo >= floor if strict else diff.lo > 0 and diff.delta >= floor
+
+    def _looks_worse(self, better: Sequence[float], worse: Sequence[float]) -> bool:
+        sign = -1.0 if self.policy.higher_is_better else 1.0
+        better_level, worse_level = self._level_of(better), self._level_of(worse)
+        return sign * (worse_level - better_level) >= self.policy.min_effect * abs(better_level)
+
+    def _level(self, position: int) -> float:
+        return self._level_of(self.launches[position])
+
+    def _level_of(self, values: Sequence[float]) -> float:
+        """A level for deriving a threshold (or a first look at a gap). Outlier launches are
+        slow, so with fewer than three launches the fastest one (the best for higher-is-better
+        metrics) is the least contaminated estimate; from three on, the median of the launches
+        that agree with the best ones."""
+        if len(values) >= 3:
+            return median(self._core(values))
+        return max(values) if self.policy.higher_is_better else min(values)
+
+    def straddles(self, step: Culprit, threshold: float | None = None) -> bool:
+        """Do the medians of the step's two sides lie on either side of the threshold?"""
+        threshold = self.threshold if threshold is None else threshold
+        lo = self.launches.get(step.last_good.position)
+        hi = self.launches.get(step.first_bad.position)
+        if threshold is None or not lo or not hi:
+            return False
+        # the medians the report shows (of the launches that agree), not the raw ones
+        a, b = self._estimate(lo).median, self._estimate(hi).median
+        sign = -1.0 if self.policy.higher_is_better else 1.0
+        return sign * a < sign * threshold <= sign * b
+
+    def threshold_interval(self) -> tuple[float, float] | None:
+        """Where the derived threshold could lie, given the endpoints' intervals."""
+        g, b = self.launches.get(0), self.launches.get(len(self.path) - 1)
+        if not g or not b:
+            return None
+        eg, eb = self._estimate(g), self._estimate(b)
+        ends = sorted((midpoint(eg.lo, eb.lo), midpoint(eg.hi, eb.hi)))
+        return ends[0], ends[1]
+
+    def _threshold_tight(self) -> bool:
+        interval = self.threshold_interval()
+        g, b = self.launches[0], self.launches[len(self.path) - 1]
+        gap = abs(self._estimate(b).median - self._estimate(g).median)
+        return interval is not None and interval[1] - interval[0] <= THRESHOLD_TIGHTNESS * gap
+
+    def _worse_by(self, good: Sequence[float], bad: Sequence[float]) -> Difference:
+        """How much worse bad is than good, positive = worse, in the metric's unit."""
+        diff = difference(self._core(good), self._core(bad), self.rel_sd(), self.policy.noise.z)
+        if self.policy.higher_is_better:
+            return Difference(-diff.delta, -diff.hi, -diff.lo)
+        return diff
+
+    def _two_levels(self, values: Sequence[float]) -> bool:
+        """Launches at two levels, as many slow as fast: none of them set aside as outliers
+        although some are 1.4x the best one (a burst, or a flaky configuration)."""
+        if len(values) < 3:
+            return False
+        core = self._core(values)
+        times = [1 / v if self.policy.higher_is_better else v for v in values if v > 0]
+        return len(core) == len(values) and max(times) >= OUTLIER_RATIO * min(times)
+
+    def _pair_ratios(self, lo: int, hi: int, since: tuple[int, int]) -> list[float]:
+        """hi/lo per back-to-back pair launched since ``since`` (worse over better)."""
+        a = self.launches.get(lo, [])[since[0] :]
+        b = self.launches.get(hi, [])[since[1] :]
+        pairs = list(zip(a, b))
+        if self.policy.higher_is_better:
+            return [x / y for x, y in pairs if y > 0]
+        return [y / x for x, y in pairs if x > 0]
+
+    def _run(self) -> _Search:
+        """The search plan, a generator of launch batches (``Engine`` defines it)."""
+        raise NotImplementedError

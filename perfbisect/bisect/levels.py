@@ -1,0 +1,297 @@
+"""Verdicts against a threshold and the levels behind them: plateaus whose points share launches,
+launches no level explains (bursts of a shared machine) and the verdicts they are set aside
+from, the bracket that holds a step, level changes seen and creep.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+
+from perfbisect.bisect.engine_state import (
+    _BURST_REACH,
+    _REOPEN_MAX,
+    BURST_MARGIN,
+    EngineState,
+)
+from perfbisect.bisect.stats import (
+    Verdict,
+    classify,
+    median,
+    own_rel_sd,
+)
+from perfbisect.bisect.values import (
+    Culprit,
+    PointResult,
+    _Segment,
+)
+
+
+class Levels(EngineState):
+    """Verdicts and levels (no launches requested here)."""
+
+    def _decide(self, position: int, seg: _Segment | None = None) -> Verdict | None:
+        threshold = seg.threshold if seg is not None else self.threshold
+        assert threshold is not None
+        values = self.launches.get(position, [])
+        if not values:
+            return None
+        if seg is not None and position not in (seg.lo, seg.hi):
+            # Launches slower than the segment's worse end show a level no configuration has
+            # (outliers, maybe two in a row): with launches at a possible level, those decide.
+            beyond, possible = self._split_beyond(seg, position)
+            if beyond and possible:
+                values = possible
+        # A level of its own takes precedence over the side of the threshold it falls on, so
+        # that every point of one plateau gets the same verdict. Two launches at least: one
+        # launch cannot tell a plateau from a shifted launch.
+        side = classify(self._estimate(values), threshold, self.policy.higher_is_better)
+        crossing_first = not self.policy.all_steps and seg is not None and seg is self._top
+        if crossing_first and side is None:
+            # A point near the threshold shares its level with the other points of its plateau
+            # (levels only change at steps): their launches together decide its side, so each
+            # point of a plateau near the threshold costs a launch or two, not five.
+            assert seg is not None
+            pooled = self._plateau(position, seg)
+            if len(pooled) > len(values):
+                side = classify(self._estimate(pooled), threshold, self.policy.higher_is_better)
+        if seg is not None and len(values) >= 2 and self._between(seg, values):
+            if crossing_first and side is None:
+                return None  # a level of its own must still be placed on one side
+            return Verdict.INTERMEDIATE
+        return side
+
+    def _between(self, seg: _Segment, values: Sequence[float]) -> bool:
+        """Near the threshold but clearly apart from both levels: a level of its own."""
+        lo, hi = self.launches[seg.lo], self.launches[seg.hi]
+        return self._clearly_worse(lo, values) and self._clearly_worse(values, hi)
+
+    def _plateau(self, position: int, seg: _Segment) -> list[float]:
+        """The launches of ``position`` and of every other point of the segment that sits on
+        the same intermediate level (clearly apart from neither), for a side decision."""
+        own = self.launches[position]
+        pooled = list(own)
+        if own_rel_sd(own) > 2.5 * self.rel_sd():
+            return pooled  # its launches disagree (bimodal): it has no one level to share
+
+        sides: set[Verdict] = set()
+        for other, values in self.launches.items():
+            if other == position or other not in seg.index:
+                continue
+            if self._clearly_worse(own, values) or self._clearly_worse(values, own):
+                continue
+            pooled.extend(values)
+            verdict = seg.verdicts.get(other)
+            if verdict in (Verdict.GOOD, Verdict.BAD):
+                sides.add(verdict)
+        if len(sides) == 2:
+            # Alike both points judged good and points judged bad: its launches are too few
+            # to tell which plateau it is on, and the pool would mix the two.
+            return list(own)
+        return pooled
+
+    def _plateau_mates(self, seg: _Segment, i_lo: int, i_hi: int) -> list[int]:
+        """Crossing first: for the first UNCLEAR point inside the bracket, up to two other
+        points of its plateau (measured, not clearly apart from it, nearest first) that have
+        launches left."""
+        if self.policy.all_steps:
+            return []
+        stuck = [
+            seg.order[i]
+            for i in range(i_lo + 1, i_hi)
+            if seg.verdicts.get(seg.order[i]) is Verdict.UNCLEAR
+            and seg.order[i] not in self.skip_reason
+            and self.launches.get(seg.order[i])
+        ]
+        if not stuck:
+            return []
+        u = stuck[0]
+        own = self.launches[u]
+        if own_rel_sd(own) > 2.5 * self.rel_sd():
+            return []  # bimodal: no one level to share
+        candidates = [
+            p
+            for p, values in self.launches.items()
+            if p != u
+            and p in seg.index
+            and p not in (seg.lo, seg.hi)
+            and p not in self.gave_up
+            and p not in self.skip_reason
+            and len(values) < self.policy.max_launches
+            and not self._clearly_worse(own, values)
+            and not self._clearly_worse(values, own)
+        ]
+        candidates.sort(key=lambda p: abs(seg.index[p] - seg.index[u]))
+        return candidates[:2]
+
+    def _crossed(self, seg: _Segment, position: int, verdict: Verdict) -> bool:
+        """Is this judged point past the step the segment searches? With every step mapped
+        (and in a level gap's segment) any departure from the lower level is; crossing first, an
+        intermediate level counts by the side of the threshold its median is on."""
+        if verdict is Verdict.BAD:
+            return True
+        if verdict is not Verdict.INTERMEDIATE:
+            return False
+        if self.policy.all_steps or seg is not self._top:
+            return True
+        pooled = self._plateau(position, seg)
+        side = classify(self._estimate(pooled), seg.threshold, self.policy.higher_is_better)
+        return side is Verdict.BAD
+
+    def _bracket(self, seg: _Segment) -> tuple[int, int]:
+        """(last point before the first crossed one, first crossed point) as indexes into the
+        segment's order: the range holding the step the segment searches."""
+        judged = [(seg.index[p], p, v) for p, v in seg.verdicts.items() if p in seg.index]
+        hi = min(i for i, p, v in judged if self._crossed(seg, p, v))
+        below = (Verdict.GOOD, Verdict.INTERMEDIATE)
+        lo = max(i for i, p, v in judged if v in below and i < hi and not self._crossed(seg, p, v))
+        return lo, hi
+
+    def _possible(self, seg: _Segment, position: int) -> list[float]:
+        """The launches that say ``position``'s level: those at a possible level when some
+        lie beyond the segment's worse end (as ``_decide`` judges it)."""
+        if position in (seg.lo, seg.hi):
+            return self.launches[position]
+        beyond, possible = self._split_beyond(seg, position)
+        return possible if beyond and possible else self.launches[position]
+
+    def _big_enough(self, step: Culprit) -> bool:
+        lo, hi = step.last_good.position, step.first_bad.position
+        worse = self._worse_by(self.launches[lo], self.launches[hi])
+        return worse.delta >= self.policy.min_effect * abs(median(self.launches[lo]))
+
+    def _beyond_worse_end(
+        self, seg: _Segment, at_least: float = 0.1
+    ) -> Callable[[float], bool] | None:
+        """Whether a launch value lies clearly beyond the segment's worse end's level (a level
+        no configuration between the ends has), by ``at_least`` of it or the noise's interval,
+        or None before that end has launched."""
+        worse_end = self.launches.get(seg.hi)
+        if not worse_end:
+            return None
+        level = self._level_of(worse_end)
+        margin = 1 + max(at_least, self.policy.noise.z * self.rel_sd())
+        if self.policy.higher_is_better:
+            return lambda v: v * margin < level
+        return lambda v: v > level * margin
+
+    def _slow_launches_seen(self, seg: _Segment) -> bool:
+        """Has this machine shown a burst: two launches in a row slower than any level can
+        explain (beyond the segment's worse end)? Then a bracket is verified in back-to-back
+        pairs; a machine with at most sporadic outliers verifies with one launch."""
+        beyond = self._beyond_worse_end(seg)
+        if beyond is None:
+            return False
+        slow = [beyond(v) for v in self.in_order]
+        return any(a and b for a, b in itertools.pairwise(slow))
+
+    def _beyond(self, seg: _Segment, lo: int, hi: int, since: tuple[int, int]) -> bool:
+        """Does a launch of this verification lie clearly beyond the segment's worse end?"""
+        beyond = self._beyond_worse_end(seg)
+        new = [*self.launches.get(lo, [])[since[0] :], *self.launches.get(hi, [])[since[1] :]]
+        return beyond is not None and any(beyond(v) for v in new)
+
+    def _split_beyond(self, seg: _Segment, position: int) -> tuple[list[float], list[float]]:
+        """``position``'s launches clearly beyond the segment's worse end, and the others."""
+        values = self.launches.get(position, [])
+        beyond = self._beyond_worse_end(seg)
+        if not values or beyond is None:
+            return [], list(values)
+        return [v for v in values if beyond(v)], [v for v in values if not beyond(v)]
+
+    def _reopen_burst_verdicts(self, seg: _Segment) -> bool:
+        """Once the machine has shown a burst, launches near one no level explains (slower
+        than the segment's worse end) are suspect: a burst slows a good configuration's launch
+        into the bad range without leaving it. A point judged on the worse side on such a
+        launch has it set aside and is judged again (re-measured if nothing else decides it).
+        Slow launches cannot make a point look better, so better-side verdicts stand. True
+        when a verdict was reopened."""
+        if not self._slow_launches_seen(seg):
+            return False
+        beyond = self._beyond_worse_end(seg, BURST_MARGIN)
+        assert beyond is not None
+        suspect: set[int] = set()
+        for i, v in enumerate(self.in_order):
+            if beyond(v):
+                suspect.update(range(i - _BURST_REACH, i + _BURST_REACH + 1))
+        reopened = False
+        for p, verdict in list(seg.verdicts.items()):
+            if p in (seg.lo, seg.hi) or not self._crossed(seg, p, verdict):
+                continue
+            seqs = self.seq.get(p, [])
+            if not suspect.intersection(seqs):
+                continue
+            if self._reopened.get(p, 0) >= _REOPEN_MAX:
+                continue  # judged again often enough: its launches stand as they are
+            kept = [(i, v) for i, v in zip(seqs, self.launches[p]) if i not in suspect]
+            self.set_aside.setdefault(p, []).extend(
+                v for i, v in zip(seqs, self.launches[p]) if i in suspect
+            )
+            self.seq[p] = [i for i, _ in kept]
+            self.launches[p] = [v for _, v in kept]
+            if not kept:
+                del self.launches[p]
+            del seg.verdicts[p]
+            self._reopened[p] = self._reopened.get(p, 0) + 1
+            reopened = True
+        return reopened
+
+    def _seen_gaps(self, seg: _Segment, step: Culprit) -> list[tuple[int, int]]:
+        """Brackets on either side of ``step`` whose ends' launches already show a clear level
+        change (the first measured point clearly worse than that side's start, and the measured
+        point before it)."""
+        lo, hi = step.last_good.position, step.first_bad.position
+        measured = [p for p in seg.order if self.launches.get(p)]
+        gaps = []
+        sides = (
+            [p for p in measured if seg.index[p] <= seg.index[lo]],
+            [p for p in measured if seg.index[p] >= seg.index[hi]],
+        )
+        for side in sides:
+            start = self.launches[side[0]]
+            for a, b in itertools.pairwise(side):
+                values = self.launches[b]
+                # Named only on solid evidence: two launches a side at least, and the whole
+                # interval beyond the minimum effect (a single slow launch is not a level).
+                if min(len(start), len(values)) < 2:
+                    continue
+                if self._clearly_worse(start, values, strict=True):
+                    gaps.append((a, b))
+                    break
+        return gaps
+
+    def creep(
+        self, steps: Sequence[Culprit], seen: Sequence[tuple[int, int]]
+    ) -> list[tuple[int, int]]:
+        """Ranges beside the steps found where the level still moved by more than the minimum
+        effect (the whole interval beyond it, on launches of both ends) while no step or seen
+        level change lies inside: a gradual rise, or steps too small to search one by one."""
+        ordered = sorted((c.last_good.position, c.first_bad.position) for c in steps)
+        if not ordered:
+            return []
+        marks = [0, *[p for pair in ordered for p in pair], len(self.path) - 1]
+        explained = [*ordered, *seen]
+        out = list(self.creep_gaps)
+        for a, b in zip(marks[::2], marks[1::2]):
+            if a >= b or not self.launches.get(a) or not self.launches.get(b):
+                continue
+            if any(a <= x and y <= b for x, y in [*explained, *out]):
+                continue
+            if min(len(self.launches[a]), len(self.launches[b])) < 2:
+                continue
+            if self._clearly_worse(self.launches[a], self.launches[b], strict=True):
+                out.append((a, b))
+        return out
+
+    def _crossing(self, steps: Sequence[Culprit]) -> Culprit:
+        """The step whose levels straddle the session threshold, else the largest one."""
+        assert self.threshold is not None
+        sign = -1.0 if self.policy.higher_is_better else 1.0
+
+        def level(p: PointResult) -> float:
+            return sign * median(self.launches[p.position])
+
+        t = sign * self.threshold
+        straddling = [c for c in steps if level(c.last_good) < t <= level(c.first_bad)]
+        pool = straddling or list(steps)
+        return max(pool, key=lambda c: level(c.first_bad) - level(c.last_good))

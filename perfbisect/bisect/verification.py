@@ -1,0 +1,209 @@
+"""Verification: interleaved launches of a bracket's two sides before a step is claimed, back-to-back
+pairs once the machine has shown bursts, and the confirmation of a level gap before it is searched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+from perfbisect.bisect.engine_state import (
+    _CORRECTED,
+    _Batch,
+)
+from perfbisect.bisect.levels import Levels
+from perfbisect.bisect.stats import (
+    Verdict,
+    classify,
+    median,
+)
+from perfbisect.bisect.values import (
+    LaunchResult,
+    Purpose,
+    _Segment,
+)
+from perfbisect.errors import lead_with_error
+
+
+class Verification(Levels):
+    """The launches that check a bracket or a level gap before anything is claimed."""
+
+    def _level_gap(
+        self, a: int, b: int, probe: bool = False
+    ) -> Generator[_Batch, list[LaunchResult], bool]:
+        """Is ``b`` clearly worse than ``a``? A gap opens a whole new search, so one seen on few
+        launches (often the single launch of the good endpoint) is confirmed with interleaved
+        pairs first; single-step searches then rarely pay for a phantom second step. ``probe``:
+        confirm whenever ``b``'s median is worse by the minimum effect, even if the launches so
+        far (one of ``b``, an outlier among ``a``'s) are too few or too spread to show it."""
+        first = self._looks_worse if probe else self._clearly_worse
+        if not first(self.launches[a], self.launches[b]):
+            return False
+        for _ in range(self.policy.verify_max_pairs):
+            yield self._request([a, b], Purpose.VERIFY)
+            if {a, b} & (self.skip_reason.keys() | self.gave_up):
+                return False
+            if not self._clearly_worse(self.launches[a], self.launches[b]):
+                return False  # the gap was noise
+            # Strict: on one plateau, two ends a few launches each can sit 10% apart by chance,
+            # and a phantom gap costs a whole search of points that all sit on its threshold.
+            strict = self._clearly_worse(self.launches[a], self.launches[b], strict=True)
+            if strict and min(len(self.launches[a]), len(self.launches[b])) >= 3:
+                return True
+        return self._clearly_worse(self.launches[a], self.launches[b], strict=True)
+
+    def _verification(
+        self, lo: int, hi: int, seg: _Segment | None = None
+    ) -> tuple[bool, str | None]:
+        """Verified only when the verification launches ran, agreed, and the effect's interval
+        excludes zero; otherwise why not and what would settle it."""
+        note = self.verify_notes.get((lo, hi))
+        if note:
+            return False, note
+        a = self._possible(seg, lo) if seg else self.launches[lo]
+        b = self._possible(seg, hi) if seg else self.launches[hi]
+        worse = self._worse_by(a, b)
+        if worse.lo <= 0:
+            return False, (
+                f"the effect's interval [{worse.lo:+.4g}, {worse.hi:+.4g}] reaches zero; more "
+                f"interleaved launches of positions {lo} and {hi} would settle it"
+            )
+        floor = self.policy.min_effect * abs(median(a))
+        if worse.delta < floor:
+            return False, (
+                f"the effect {worse.delta:+.4g} is below the minimum effect "
+                f"({self.policy.min_effect:.0%}, {floor:.4g}): not a step of its own (creep?)"
+            )
+        return True, None
+
+    def _verify(
+        self, seg: _Segment, lo: int, hi: int
+    ) -> Generator[_Batch, list[LaunchResult], int | None]:
+        if not self.policy.paired_verify:
+            return (yield from self._verify_single(seg, lo, hi))
+        if not self._slow_launches_seen(seg):
+            flipped = yield from self._verify_single(seg, lo, hi)
+            # A burst that began at the bracket's last launch shows in its verification.
+            if flipped is not None or not self._slow_launches_seen(seg):
+                return flipped
+        measured = len(self.launches.get(hi, []))
+        if (yield from self._verify_pairs(seg, lo, hi)):
+            return _CORRECTED
+        return (yield from self._verify_single(seg, lo, hi, measured))
+
+    def _verify_pairs(
+        self, seg: _Segment, lo: int, hi: int
+    ) -> Generator[_Batch, list[LaunchResult], bool]:
+        """Back-to-back pairs (lo, hi) until their ratios agree on a step or on none. No step:
+        the verdict that put the step here came from slow launches; the pair's common level
+        says which side of the threshold both are on, the misjudged one is corrected and the
+        search goes on (True). A step, or undecided: False, and the usual re-judging follows."""
+        since = (len(self.launches.get(lo, [])), len(self.launches.get(hi, [])))
+        floor = 1 + self.policy.min_effect
+        ends = (seg.lo, seg.hi)
+        while True:
+            yield self._request([lo, hi], Purpose.VERIFY)
+            if {lo, hi} & (self.skip_reason.keys() | self.gave_up):
+                return False
+            ratios = self._pair_ratios(lo, hi, since)
+            n = len(ratios)
+            # One pair is enough unless a launch of it lies beyond the segment's worse end:
+            # no configuration between the ends sits there, a slow launch (a burst) does.
+            need = self.policy.paired_min if self._beyond(seg, lo, hi, since) else 1
+            if n >= need and min(ratios) >= floor:
+                return False  # every pair shows the step
+            if n >= self.policy.paired_min and median(ratios) < 1 + self.policy.min_effect / 2:
+                break  # no step between them
+            if n >= self.policy.paired_max:
+                return False
+        if lo in ends and hi in ends:
+            return False
+        pooled = self._core([*self.launches[lo], *self.launches[hi]])
+        side = classify(self._estimate(pooled), seg.threshold, self.policy.higher_is_better)
+        if side is Verdict.BAD and lo not in ends:
+            self._set_verdict(lo, Verdict.BAD, seg)
+        elif hi not in ends:
+            self._set_verdict(hi, Verdict.GOOD if side is not None else Verdict.UNCLEAR, seg)
+        else:
+            return False
+        return True
+
+    def _verify_single(
+        self, seg: _Segment, lo: int, hi: int, measured: int | None = None
+    ) -> Generator[_Batch, list[LaunchResult], int | None]:
+        """Interleaved A B A B launches of the adjacent pair, then re-judge both. Returns the
+        segment end whose verdict flipped (the levels cannot be trusted), else None. With
+        ``measured`` (hi's launches before the pairs of ``_verify_pairs``) the pairs were the
+        verification launches: only the re-judging remains."""
+        pairs = 0
+        ends = (seg.lo, seg.hi)
+        launch = measured is None
+        if measured is None:
+            measured = len(self.launches.get(hi, []))
+        if not launch and {lo, hi} & self.skip_reason.keys():
+            return None
+        v_lo, v_hi = self._decide(lo, seg), self._decide(hi, seg)
+        while launch:
+            # Outlier launches are slow (throttling, contention, a bad NCCL ring), so they can
+            # only make a point look worse: the BAD side's verdict is the suspect one. (Also
+            # re-measuring the GOOD side cost 0.1 launches per evaluation and bought no accuracy
+            # in the benchmark; an outlier there only made it UNCLEAR.)
+            yield self._request([lo, hi] if self.policy.verify_both else [hi], Purpose.VERIFY)
+            pairs += 1
+            if lo in self.skip_reason or hi in self.skip_reason:
+                for p in (lo, hi):
+                    if p in self.skip_reason and p not in ends:
+                        self._set_verdict(p, Verdict.SKIP, seg)
+                return None
+            if {lo, hi} & self.gave_up:
+                break
+            v_lo, v_hi = self._decide(lo, seg), self._decide(hi, seg)
+            # Launches of the first bad point slower than the segment's worse end show a level
+            # no configuration has: outlier launches (two in a row happen). Until a launch at a
+            # possible level is in, it is measured on (``_decide`` then sets them aside).
+            beyond, possible = self._split_beyond(seg, hi)
+            pending = bool(beyond) and not possible and hi != seg.hi
+            if pending and len(self.launches.get(hi, [])) < self.policy.max_launches:
+                continue
+            if pairs >= self.policy.verify_min_pairs and v_lo is not None and v_hi is not None:
+                break
+            if pairs >= self.policy.verify_max_pairs:
+                break
+        if len(self.launches.get(hi, [])) == measured:
+            # Every verification launch failed (after retries): the point keeps the verdict of
+            # its earlier launches, but nothing was verified.
+            failed = self.failures.get(hi, ["failed"])[-1]
+            self.verify_notes[(lo, hi)] = (
+                f"the verification launches of position {hi} failed ({lead_with_error(failed)}); "
+                f"its verdict rests on {measured} earlier launch(es). Re-run `bisect start` "
+                "with the same endpoints to verify it (its search launches are reused; the "
+                "endpoints and the verification run anew)"
+            )
+            return None
+        if (
+            v_hi is Verdict.INTERMEDIATE
+            and v_lo is Verdict.GOOD
+            and lo not in ends
+            and not self._clearly_worse(self.launches[lo], self.launches[hi])
+        ):
+            # Both sit on one plateau that straddles the threshold: no step between them.
+            v_lo = Verdict.INTERMEDIATE
+        flipped: int | None = None
+        for p, v in ((lo, v_lo), (hi, v_hi)):
+            new = v if v is not None else Verdict.UNCLEAR
+            if p in ends and seg is self._top and self._two_levels(self.launches[p]):
+                # An endpoint whose launches now fall at two levels: its first launches ran
+                # in a burst and set the threshold; it cannot be trusted (the session
+                # measures the endpoints again).
+                flipped = p
+                continue
+            if p in ends and new is not seg.verdicts[p]:
+                if new in (Verdict.UNCLEAR, Verdict.INTERMEDIATE):
+                    # Undecided (an outlier launch widened its interval): the end keeps the
+                    # verdict its threshold was derived from.
+                    continue
+                # A segment end judged on the other side means the machine drifted (or the
+                # ends were misjudged): the threshold can no longer be trusted; stop here.
+                flipped = p
+                continue
+            self._set_verdict(p, new, seg)
+        return flipped

@@ -1,0 +1,116 @@
+"""The ``sglang`` target kind's declaration: an SGLang checkout (the commit axis) served with
+EAGLE-3 speculative decoding; its options and their checks (the implementation is target.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from perfbisect.checks import NUMBER, Checker, Schema
+from perfbisect.targets.kind import KindCheck, TargetKind
+
+CONFIRM_CHOICES = ("full", "none")  # confirm the proxy search's culprit on the full model, or not
+PROXY_SCHEMA: Schema = {
+    "layers": ((int,), True),
+    "override": ((dict,), False),
+    "model": ((str,), False),
+    "extra_args": ((list,), False),
+}
+SCHEMA: Schema = {
+    "kind": ((str,), True),
+    "repo": ((str,), False),  # required unless build = "installed"
+    "build": ((str,), False),  # "editable" (the commit's checkout) or "installed"
+    "ready": ((str,), False),  # "health" (/health_generate) or "log" (the ready line)
+    "axis_args": ((dict,), False),  # {axis: {value: [server args]}}
+    "prompts": ((str,), False),
+    "model": ((str,), True),
+    "draft_model": ((str,), True),
+    "tp": ((int,), False),
+    "speculative_num_steps": ((int,), False),
+    "speculative_eagle_topk": ((int,), False),
+    "speculative_num_draft_tokens": ((int,), False),
+    "extra_args": ((list,), False),
+    "python": ((str,), False),
+    "pip_args": ((list,), False),
+    "requests": ((int,), False),
+    "concurrency": ((int,), False),
+    "max_new_tokens": ((int,), False),
+    "warmup_requests": ((int,), False),
+    # Proxy launches (targets/sglang/proxy.py): {layers = N, override?, model?, extra_args?}
+    "proxy": ((dict,), False),
+    "confirm": ((str,), False),  # "full" (default with a proxy) or "none"
+    # Launch the endpoints without speculative decoding too: speculation's speed-up.
+    "baseline": ((bool,), False),
+    "baseline_rounds": ((int,), False),  # with/without pairs per endpoint (default 2)
+    "timeout_s": (NUMBER, False),
+}
+
+
+SGLANG_BUILDS = ("editable", "installed")
+SGLANG_READY = ("health", "log")
+
+
+def check_sglang(ctx: KindCheck) -> None:
+    check, target, repo, path = ctx.checker, ctx.target, ctx.repo, ctx.path
+    build = target.get("build", "editable")
+    if build not in SGLANG_BUILDS:
+        raise check.fail(("target",), "build", f"must be one of {', '.join(SGLANG_BUILDS)}")
+    if build == "editable" and repo is None:
+        raise check.fail(
+            ("target",), "repo", 'missing: the SGLang checkout (or build = "installed")'
+        )
+    if target.get("ready", "health") not in SGLANG_READY:
+        raise check.fail(("target",), "ready", f"must be one of {', '.join(SGLANG_READY)}")
+    if "prompts" in target and not (path.parent / str(target["prompts"])).is_file():
+        raise check.fail(("target",), "prompts", f"file {target['prompts']} does not exist")
+    _check_proxy(check, target)
+    axes = ctx.axis_values
+    for axis, table in dict(target.get("axis_args", {})).items():
+        if axis not in axes:
+            raise check.fail(
+                ("target", "axis_args"), axis, "is not a custom axis of this experiment"
+            )
+        if not isinstance(table, dict):
+            raise check.fail(("target", "axis_args"), axis, "must map axis values to arg lists")
+        for value, args in table.items():
+            if value not in axes[axis]:
+                raise check.fail(
+                    ("target", "axis_args", axis),
+                    value,
+                    f"is not a value of axis {axis!r} (listed: {', '.join(axes[axis])})",
+                )
+            if not isinstance(args, list) or not all(isinstance(a, (str, int)) for a in args):
+                raise check.fail(("target", "axis_args", axis), value, "must be a list of args")
+
+
+def _check_proxy(check: Checker, target: Mapping[str, Any]) -> None:
+    if "confirm" in target:
+        if "proxy" not in target:
+            raise check.fail(("target",), "confirm", "needs a proxy = { layers = N } to confirm")
+        if target["confirm"] not in CONFIRM_CHOICES:
+            raise check.fail(("target",), "confirm", f"must be one of {', '.join(CONFIRM_CHOICES)}")
+    if "proxy" not in target:
+        return
+    proxy = target["proxy"]
+    check.check(proxy, ("target", "proxy"), PROXY_SCHEMA)
+    if proxy["layers"] < 1:
+        raise check.fail(("target", "proxy"), "layers", "must be at least 1")
+    if not all(isinstance(a, (str, int)) for a in proxy.get("extra_args", [])):
+        raise check.fail(("target", "proxy"), "extra_args", "must be a list of args")
+    model = str(proxy.get("model") or target["model"])
+    if not model.startswith(("/", "./", "../", "~")):
+        raise check.fail(
+            ("target", "proxy"),
+            "model",
+            f"a proxy launch needs the model's config.json and tokenizer in a directory; "
+            f"{model!r} is a hub id: download those files and set proxy.model to their folder",
+        )
+
+
+SGLANG = TargetKind(
+    name="sglang",
+    schema=SCHEMA,
+    factory="perfbisect.targets.sglang.target:SglangTarget",
+    default_metric=("verify_ms", r"verify_ms=([0-9.]+)"),
+    check=check_sglang,
+)

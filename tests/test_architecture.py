@@ -1,0 +1,144 @@
+"""The package's shape: no import circle, the engine's layers import only downwards, and a
+target kind plugs in with its own declaration and one registry entry."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import perfbisect
+
+PACKAGE = Path(perfbisect.__file__).resolve().parent
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = ("perfbisect", *path.relative_to(PACKAGE).with_suffix("").parts)
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """Every perfbisect module ``path`` imports, at module level or inside functions (lazy
+    imports still make a circle), except under ``if TYPE_CHECKING``."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return {m for m in found if m in modules}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {m: _imports(p, modules) - {m} for m, p in modules.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1 on the path, 2 done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_import_graph_has_no_circle() -> None:
+    graph = _graph()
+    assert len(graph) > 50  # the walk found the package
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+
+
+def test_a_circle_would_be_found() -> None:
+    # the checker itself: a made-up circle is reported with its path
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+ENGINE_LAYERS = ("engine_state", "levels", "verification", "endpoints", "engine", "multiaxis")
+
+
+def test_the_engine_layers_import_only_downwards() -> None:
+    graph = _graph()
+    rank = {f"perfbisect.bisect.{name}": i for i, name in enumerate(ENGINE_LAYERS)}
+    for module, i in rank.items():
+        above = [m for m in graph[module] if rank.get(m, -1) > i]
+        assert not above, f"{module} imports {above}, a layer above it"
+        lines = len(Path(_modules()[module]).read_text().splitlines())
+        assert lines <= 450, f"{module} has {lines} lines"
+    # and no searcher reaches I/O: hosts, the store, targets, the CLI
+    for module in rank:
+        io = [m for m in graph[module] if m.split(".")[1] in ("hosts", "store", "targets", "cli")]
+        assert not io, f"{module} imports {io}"
+
+
+def test_a_new_target_kind_needs_its_declaration_and_one_registry_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from perfbisect.errors import ExperimentError
+    from perfbisect.experiment import load_experiment
+    from perfbisect.targets import kinds
+    from perfbisect.targets.kind import KindCheck, TargetKind
+    from perfbisect.targets.registry import make_target
+
+    def check_echo(ctx: KindCheck) -> None:
+        if ctx.target["words"] < 1:
+            raise ctx.checker.fail(("target",), "words", "must be at least 1")
+
+    echo = TargetKind(
+        name="echo",
+        schema={"kind": ((str,), True), "words": ((int,), True)},
+        factory="tests_echo_kind:EchoTarget",
+        default_metric=("words_per_s", r"wps=([0-9.]+)"),
+        check=check_echo,
+    )
+    (tmp_path / "tests_echo_kind.py").write_text(
+        "class EchoTarget:\n"
+        "    def __init__(self, experiment, cache_dir):\n"
+        "        self.experiment, self.cache_dir = experiment, cache_dir\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(kinds.KINDS, "echo", echo)  # the one registry line
+
+    good = tmp_path / "good.toml"
+    good.write_text('[target]\nkind = "echo"\nwords = 3\n')
+    experiment = load_experiment(good)
+    assert experiment.metric.name == "words_per_s"  # the kind's default metric
+    target = make_target(experiment, tmp_path)
+    assert type(target).__name__ == "EchoTarget"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[target]\nkind = "echo"\nwords = 0\n')
+    with pytest.raises(ExperimentError, match=r"bad.toml:3: key 'target.words': must be at least"):
+        load_experiment(bad)
+    typo = tmp_path / "typo.toml"
+    typo.write_text('[target]\nkind = "echo"\nword = 3\n')
+    with pytest.raises(ExperimentError, match=r"unknown key \(known: kind, words\)"):
+        load_experiment(typo)
