@@ -37,6 +37,7 @@ from perfbisect.bisect.values import (
     Policy,
     Purpose,
     Status,
+    Unfinished,
     _Segment,
     midpoint,
 )
@@ -53,18 +54,17 @@ class Engine(Endpoints):
         self._top = _Segment(list(range(last + 1)), self.threshold)
         found = yield from self._steps(self._top)
         remeasured = ""
-        if found is None and self._flipped_end is not None:
+        if isinstance(found, Unfinished) and found.flipped_end is not None and not self._redone:
             # An endpoint judged on the other side late in the search: a burst at the start
             # can have set a wrong threshold (all of the first endpoint launches slow). Judge
             # the endpoints again on more launches, once, and search anew; the launches made
             # so far count.
-            which = "good" if self._flipped_end == 0 else "bad"
+            which = "good" if found.flipped_end == 0 else "bad"
             remeasured = (
                 f"; the {which} endpoint contradicted its first verdict, so the endpoints were "
                 "measured again and the search redone"
             )
-            self._flipped_end = None
-            self.outcome = None
+            self._redone = True
             self.seen_gaps.clear()
             self.creep_gaps.clear()
             if not self.fixed_threshold:
@@ -74,7 +74,8 @@ class Engine(Endpoints):
             assert self.threshold is not None
             self._top = _Segment(list(range(last + 1)), self.threshold)
             found = yield from self._steps(self._top)
-        if found is None:
+        if isinstance(found, Unfinished):
+            self._finish(found.status, found.message, unresolved=found.unresolved)
             return
         unresolved, steps = found
         culprit = self._crossing(steps)
@@ -104,12 +105,14 @@ class Engine(Endpoints):
 
     def _steps(
         self, top: _Segment
-    ) -> Generator[_Batch, list[LaunchResult], tuple[list[tuple[int, int]], list[Culprit]] | None]:
+    ) -> Generator[
+        _Batch, list[LaunchResult], tuple[list[tuple[int, int]], list[Culprit]] | Unfinished
+    ]:
         """Every step of ``top`` (its threshold crossing plus the steps of any level gaps next
-        to it), or None after ``_finish`` said why the first search failed."""
+        to it), or why the first search found none."""
         first = yield from self._bisect(top)
-        if first is None:
-            return None
+        if isinstance(first, Unfinished):
+            return first
         if not self.policy.all_steps:
             # Crossing first: the user asked which configuration crosses the threshold. Other
             # level changes are named from the launches already made, at no further cost.
@@ -131,18 +134,17 @@ class Engine(Endpoints):
                 threshold = midpoint(self._level(seg_lo), self._level(seg_hi))
                 gap = seg.slice(seg_lo, seg_hi, threshold)
                 found = yield from self._bisect(gap, budgeted=True)
-                if found is not None and not self._big_enough(found):
+                if isinstance(found, Unfinished):
+                    # Never silent: an open range (out of launches, unjudged points) goes in the
+                    # report; a gap whose ends turned out to be one level does not.
+                    if found.flipped_end is None:
+                        unresolved.extend(found.unresolved)
+                elif not self._big_enough(found):
                     # The gap's ends differ, its one "step" does not: the level crept.
                     self.creep_gaps.append((seg_lo, seg_hi))
-                elif found is not None:
+                else:
                     steps.append(found)
                     queue.append((gap, found))
-                elif self.outcome is not None and self.outcome.unresolved:
-                    unresolved.extend(self.outcome.unresolved)
-                elif self._exhausted is not None:  # never silent: its bracket goes in the report
-                    unresolved.append(self._exhausted)
-                self._exhausted = None
-                self.outcome = None
         steps.sort(key=lambda c: top.index[c.first_bad.position])
         return unresolved, steps
 
@@ -201,9 +203,9 @@ class Engine(Endpoints):
 
     def _bisect(
         self, seg: _Segment, budgeted: bool = False
-    ) -> Generator[_Batch, list[LaunchResult], Culprit | None]:
-        """Binary search of one segment; the verified step, or None after ``_finish`` said why
-        (or, for a later segment, when its ends turned out to be one level)."""
+    ) -> Generator[_Batch, list[LaunchResult], Culprit | Unfinished]:
+        """Binary search of one segment: the verified step, or why there is none (for a later
+        segment, also when its ends turned out to be one level)."""
         verified: set[tuple[int, int]] = set()
         top = seg is self._top
         # A level gap's segment gets the launches of an ordinary search of its length and no
@@ -218,13 +220,12 @@ class Engine(Endpoints):
                 i_lo, i_hi = self._bracket(seg)
                 lo, hi = seg.order[i_lo], seg.order[i_hi]
                 left = math.ceil(math.log2(max(2, i_hi - i_lo))) + 1
-                self._exhausted = (lo, hi)
-                self.unresolved_why[(lo, hi)] = (
+                self.unresolved_why[(lo, hi)] = why = (
                     f"the search for this level change ran out of its {budget} launches; "
                     f"finishing it would take about {left * per_point + 2} more launches "
                     "(`--all-steps` searches every step)"
                 )
-                return None
+                return Unfinished(Status.AMBIGUOUS, why, ((lo, hi),))
             if self._reopen_burst_verdicts(seg):
                 continue
             # Segment ends keep their verdicts (a flip ends the search), so the bracket exists.
@@ -271,18 +272,14 @@ class Engine(Endpoints):
                     verified.discard((lo, hi))
                     continue
                 if flipped is not None:
-                    if top and not self._redone:
-                        self._redone = True
-                        self._flipped_end = flipped
-                    if top:
-                        which = "good" if flipped == seg.lo else "bad"
-                        self._finish(
-                            Status.AMBIGUOUS,
-                            f"re-measuring the {which} endpoint contradicted its first verdict "
-                            "(the machine may have drifted); the regression is in this range",
-                            unresolved=((lo, hi),),
-                        )
-                    return None
+                    which = "good" if flipped == seg.lo else "bad"
+                    return Unfinished(
+                        Status.AMBIGUOUS,
+                        f"re-measuring the {which} endpoint contradicted its first verdict "
+                        "(the machine may have drifted); the regression is in this range",
+                        ((lo, hi),),
+                        flipped,
+                    )
                 continue
             mates = self._plateau_mates(seg, i_lo, i_hi) if top else []
             if mates:
@@ -293,13 +290,12 @@ class Engine(Endpoints):
                 continue
             if i_hi - i_lo > 1:
                 n_open = i_hi - i_lo - 1
-                self._finish(
+                return Unfinished(
                     Status.AMBIGUOUS,
                     f"{n_open} configuration(s) between the last good and the first bad could "
                     "not be judged (skipped or unclear); the regression is in this range",
-                    unresolved=((lo, hi),),
+                    ((lo, hi),),
                 )
-                return None
             break
         i_lo, i_hi = self._bracket(seg)
         lo, hi = seg.order[i_lo], seg.order[i_hi]
@@ -321,6 +317,7 @@ __all__ = [
     "Policy",
     "Purpose",
     "Status",
+    "Unfinished",
     "_Batch",
     "_Segment",
     "midpoint",

@@ -81,9 +81,7 @@ class EngineState:
         self.set_aside: dict[int, list[float]] = {}
         self._rel_sd_at = -1
         self._rel_sd = 0.0
-        self._exhausted: tuple[int, int] | None = None
-        self._flipped_end: int | None = None  # an endpoint contradicted its verdict (redo once)
-        self._redone = False
+        self._redone = False  # the endpoints were measured again and the search redone
         self._reopened: dict[int, int] = {}  # times a point's verdict was reopened (bursts)
         self._failing: dict[int, int] = {}  # failures in a row since the last value
         self.verdicts: dict[int, Verdict] = {}

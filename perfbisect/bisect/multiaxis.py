@@ -23,6 +23,7 @@ from perfbisect.bisect.engine import (
     Policy,
     Purpose,
     Status,
+    Unfinished,
     _Batch,
     _Segment,
     midpoint,
@@ -207,9 +208,10 @@ class MultiAxisEngine(Engine):
                 held = [a for a in axes if a != axis]
                 found = yield from self._inner(axis, held)
                 if found is None:
-                    if self.outcome is not None:
-                        unresolved.extend(self.outcome.unresolved)
-                    self.outcome = None
+                    continue
+                if isinstance(found, Unfinished):
+                    if found.flipped_end is None:  # an open range; not ends of one level
+                        unresolved.extend(found.unresolved)
                     continue
                 culprits.extend(found[1])
                 unresolved.extend(found[0])
@@ -290,8 +292,13 @@ class MultiAxisEngine(Engine):
 
     def _inner(
         self, axis: str, held: list[str]
-    ) -> Generator[_Batch, list[LaunchResult], tuple[list[tuple[int, int]], list[Culprit]] | None]:
-        """The step(s) along ``axis`` with ``held`` axes at their bad values."""
+    ) -> Generator[
+        _Batch,
+        list[LaunchResult],
+        tuple[list[tuple[int, int]], list[Culprit]] | Unfinished | None,
+    ]:
+        """The step(s) along ``axis`` with ``held`` axes at their bad values; why not, or None
+        when its ends could not be anchored."""
         plan = self.plans[axis]
         assert self.threshold is not None
         if plan.kind == "set":

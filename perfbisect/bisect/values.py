@@ -119,6 +119,17 @@ class Outcome:
     seen: tuple[tuple[int, int], ...] = ()
 
 
+@dataclass(frozen=True)
+class Unfinished:
+    """A search of one segment that ended without a step: why, and the range it leaves open.
+    ``flipped_end``: the segment end whose verdict the verification contradicted."""
+
+    status: Status
+    message: str
+    unresolved: tuple[tuple[int, int], ...] = ()
+    flipped_end: int | None = None
+
+
 # A derived threshold must be known to within this fraction of the endpoints' gap: otherwise
 # the endpoints get more interleaved launches (a noisy good endpoint's single launch once moved
 # the threshold between 50.5 and 57.3 ms from run to run).

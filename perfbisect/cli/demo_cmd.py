@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from perfbisect.cli.context import Context, emit_json
 
-
-def _gpu_count() -> int:
-    from perfbisect.hosts.local import LocalHost
-    from perfbisect.probes.hardware import hardware_snapshot
-
-    return len(hardware_snapshot(LocalHost()).get("gpus", []))
+if TYPE_CHECKING:
+    from perfbisect.demo.builder import DemoRepo
 
 
 def demo(
@@ -31,76 +28,35 @@ def demo(
 ) -> None:
     """Create a copy of the reference server with ~30 commits and one planted regression,
     then bisect it (about 2 minutes on 2 CPU cores)."""
-    import dataclasses
-    import shlex
-    import tempfile
-
-    from perfbisect.bisect.session import SearchOptions, start
     from perfbisect.cli.progress import ConsoleProgress
     from perfbisect.cli.render import render_report
-    from perfbisect.demo.builder import create_demo
-    from perfbisect.store.database import open_store
+    from perfbisect.demo.run import run_demo
 
-    root = directory or Path(tempfile.mkdtemp(prefix="perfbisect-demo-"))
-    if tp is None:
-        tp = min(2, _gpu_count()) if gpu else 2
-    if tp < 1:
-        from perfbisect.errors import UsageError
-
-        raise UsageError("--gpu: no NVIDIA GPU found" if gpu else "--tp must be at least 1")
-    made = create_demo(root.resolve(), gpu=gpu, tp=tp)
     obj = ctx.find_root().obj
     assert isinstance(obj, Context)
-    # The demo keeps its own history next to the repository unless --db names one.
-    db_url = obj.db_url or f"sqlite:///{made.root / 'history.db'}"
-    store = open_store(db_url)
     progress = ConsoleProgress()
-    progress.console.print(
-        f"demo repository: {made.repo} (planted regression: {made.planted[:12]})"
-    )
-    try:
-        report = start(
-            store,
-            experiment_path=made.experiment,
-            good=made.good,
-            bad=made.bad,
-            options=SearchOptions(),
-            name=None,
-            progress=progress,
+
+    def created(made: DemoRepo) -> None:
+        progress.console.print(
+            f"demo repository: {made.repo} (planted regression: {made.planted[:12]})"
         )
+
+    try:
+        run = run_demo(directory, gpu, tp, obj.db_url, progress, on_created=created)
     finally:
         progress.close()
-    named = report.culprit is not None and report.culprit.first_bad.get("commit") == made.planted
-    db = shlex.quote(db_url)
-    next_steps = [
-        f"perfbisect --db {db} bisect report {report.session} --plot demo.png",
-        f"perfbisect --db {db} bisect log {report.session}",
-        f"perfbisect --db {db} query history",
-    ]
-    report = dataclasses.replace(
-        report,
-        extra={
-            **report.extra,
-            "demo": {
-                "dir": str(made.root),
-                "planted": made.planted,
-                "named_planted": named,
-                "history": db_url,
-                "next": next_steps,
-            },
-        },
-    )
+    report = run.report
     if as_json:
         emit_json(report.to_json())
     else:
         render_report(report)
-        verdict = "named the planted commit" if named else "did NOT name the planted commit"
+        verdict = "named the planted commit" if run.named else "did NOT name the planted commit"
         lines = [
-            f"demo: perfbisect {verdict} {made.planted[:12]}",
-            f"history: {db_url} (session {report.session}); logs: {report.log_dir}",
+            f"demo: perfbisect {verdict} {run.made.planted[:12]}",
+            f"history: {run.db_url} (session {report.session}); logs: {report.log_dir}",
             "next:",
-            *(f"  {line}" for line in next_steps),
+            *(f"  {line}" for line in run.next_steps),
         ]
         for line in lines:
             typer.echo(line)
-    raise typer.Exit(report.exit_code if named else 1)
+    raise typer.Exit(report.exit_code if run.named else 1)

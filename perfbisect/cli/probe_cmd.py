@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from perfbisect.cli.context import ctx_store, emit_json
 
 if TYPE_CHECKING:
-    from perfbisect.hosts.base import Host
+    pass
 
 app = typer.Typer(
     rich_markup_mode=None,  # help texts hold [env], ssh://[user@]host: not markup
@@ -24,49 +24,6 @@ ACCEPT_NEW = typer.Option(
     False, "--accept-new-host-key", help="Trust (and save) an unknown host key. Never silent."
 )
 RETRY = typer.Option(None, "--retry-s", help="How long an unanswering host is retried.")
-
-
-def _open_host(
-    host: str | None,
-    experiment_file: Path | None,
-    ssh_config: str | None,
-    known_hosts: str | None,
-    accept_new: bool,
-    retry_s: float | None = None,
-) -> Host:
-    from perfbisect.experiment import load_experiment
-    from perfbisect.hosts.registry import open_host
-
-    settings = load_experiment(experiment_file).host if experiment_file else None
-    return open_host(
-        host or (settings.address if settings else "local"),
-        ssh_config=ssh_config or (settings.ssh_config if settings else None),
-        known_hosts=known_hosts or (settings.known_hosts if settings else None),
-        accept_new_host_key=accept_new or bool(settings and settings.accept_new_host_key),
-        retry_s=retry_s if retry_s is not None else (settings.retry_s if settings else 30.0),
-    )
-
-
-def _record(
-    ctx: typer.Context, kind: str, target: Host, snapshot: dict[str, Any], result: dict[str, Any]
-) -> int:
-    """Store a probe's (already redacted) result with the host's snapshot; its id."""
-    from perfbisect.store.records import record_probe
-
-    name = str(snapshot.get("host", target.address))
-    return record_probe(ctx_store(ctx), kind, name, target.address, snapshot, result)
-
-
-def _pairs(items: list[str]) -> dict[str, str]:
-    from perfbisect.errors import UsageError
-
-    out = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise UsageError(f"--env {item!r}: expected NAME=VALUE")
-        out[name] = value
-    return out
 
 
 @app.command("env-propagation")
@@ -94,45 +51,18 @@ def env_propagation(
 ) -> None:
     """Which variables reach the shell, the Python parent, a spawn child and C getenv."""
     from perfbisect.cli.render_probe import render_env_propagation
-    from perfbisect.errors import UsageError
-    from perfbisect.experiment import load_experiment
-    from perfbisect.launch.base import LaunchOptions, Method, launch_options
-    from perfbisect.probes.env_propagation import ProbeRequest, run_probe
-    from perfbisect.probes.hardware import hardware_snapshot
+    from perfbisect.probes.run import EnvPropagationRun, HostChoice, run_env_propagation
 
-    methods = [Method.parse(m) for m in method.split(",") if m.strip()]
-    if not methods:
-        raise UsageError("--method names no launch method")
-    experiment = load_experiment(experiment_file) if experiment_file else None
-    deliver = {**(experiment.env if experiment else {}), **_pairs(env)}
-    options = launch_options(experiment) if experiment else LaunchOptions()
-    options = LaunchOptions(
-        ssh_address=ssh_address or options.ssh_address,
-        python=python or options.python,
-        ssh_config=ssh_config or options.ssh_config,
-        known_hosts=known_hosts or options.known_hosts,
-        accept_new_host_key=accept_new_host_key or options.accept_new_host_key,
-    )
-    target = _open_host(
+    choice = HostChoice(
         host, experiment_file, ssh_config, known_hosts, accept_new_host_key, retry_s
     )
-    try:
-        snapshot = hardware_snapshot(target)
-        gpus = len(snapshot.get("gpus", [])) if gpu else 0
-        if gpu and not gpus:
-            raise UsageError(f"--gpu: no NVIDIA GPU on {target.address} ({snapshot.get('nvml')})")
-        request = ProbeRequest(
-            methods=methods, deliver=deliver, watch=watch, gpus=gpus, python=python
-        )
-        result = run_probe(target, request, options)
-    finally:
-        target.close()
-    result["probe_id"] = _record(ctx, "env-propagation", target, snapshot, result)
+    run = EnvPropagationRun(choice, method, tuple(env), tuple(watch), gpu, ssh_address, python)
+    result = run_env_propagation(ctx_store(ctx), run)
     if as_json:
         emit_json(result)
     else:
         render_env_propagation(result)
-    if result["errors"] and len(result["errors"]) == len(methods):
+    if result["errors"] and len(result["errors"]) == len(result.get("methods", [])):
         raise typer.Exit(1)
 
 
@@ -148,15 +78,10 @@ def hardware(
 ) -> None:
     """Driver, GPUs (clocks, PCIe link, power, temperature, throttling, ECC), NCCL, topology."""
     from perfbisect.cli.render_probe import render_hardware
-    from perfbisect.probes.hardware import hardware_snapshot
+    from perfbisect.probes.run import HostChoice, run_hardware
 
-    target = _open_host(host, None, ssh_config, known_hosts, accept_new_host_key, retry_s)
-    try:
-        snapshot = hardware_snapshot(target, full=True)
-    finally:
-        target.close()
-    snapshot["address"] = target.address
-    snapshot["probe_id"] = _record(ctx, "hardware", target, snapshot, snapshot)
+    choice = HostChoice(host, None, ssh_config, known_hosts, accept_new_host_key, retry_s)
+    snapshot = run_hardware(ctx_store(ctx), choice)
     if as_json:
         emit_json(snapshot)
     else:
