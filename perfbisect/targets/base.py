@@ -18,6 +18,23 @@ class BuildInfo:
 
 
 @dataclass(frozen=True)
+class LaunchPlan:
+    """The commands one launch runs after its build, with ``{placeholders}`` still in them: what
+    the build step hands to the serve, ready and measure stages (a kind whose commands depend on
+    the build, like sglang's interpreter and version, computes them there)."""
+
+    measure: str
+    serve: str | None = None
+    ready: str | None = None
+    build: str | None = None  # the build command as the user wrote it, for the record
+
+    def stages(self) -> dict[str, str]:
+        """The commands by stage name, those that are set."""
+        named = {"build": self.build, "serve": self.serve, "ready": self.ready}
+        return {k: v for k, v in {**named, "measure": self.measure}.items() if v}
+
+
+@dataclass(frozen=True)
 class Measurement:
     """One launch's result: raw samples plus everything needed to trust (or doubt) them."""
 

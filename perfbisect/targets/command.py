@@ -32,7 +32,7 @@ from perfbisect.launch.registry import make_launcher
 from perfbisect.probes.hardware import gpu_memory_used, hardware_snapshot
 from perfbisect.redact import redact_env, redact_text
 from perfbisect.targets import nccl
-from perfbisect.targets.base import BuildInfo, Measurement
+from perfbisect.targets.base import BuildInfo, LaunchPlan, Measurement
 from perfbisect.targets.driver import ensure_driver
 from perfbisect.targets.gitrepo import GitRepo
 from perfbisect.targets.readiness import wait_ready
@@ -168,9 +168,7 @@ class CommandTarget:
         values = self._values(config, worktree, 0)
         values["port"] = "{port}"
         described: dict[str, Any] = {
-            stage: substitute(self.options[stage], values)
-            for stage in ("build", "serve", "ready", "measure")
-            if stage in self.options
+            stage: substitute(command, values) for stage, command in self._plan().stages().items()
         }
         described["host"] = self.host.address
         described["launch"] = self._method(config)
@@ -185,7 +183,23 @@ class CommandTarget:
 
     # ---- stages -----------------------------------------------------------------------------
 
+    def _plan(self) -> LaunchPlan:
+        """The user's own commands, as the ``[target]`` table gives them."""
+        return LaunchPlan(
+            measure=self.options["measure"],
+            serve=self.options.get("serve"),
+            ready=self.options.get("ready"),
+            build=self.options.get("build"),
+        )
+
     def _build(
+        self, worktree: str, values: Mapping[str, str], env: Mapping[str, str], log_dir: Path
+    ) -> tuple[BuildInfo, LaunchPlan]:
+        """Build the checkout; what was built and the commands the launch runs next."""
+        plan = self._plan()
+        return self._run_build(worktree, values, env, log_dir), plan
+
+    def _run_build(
         self, worktree: str, values: Mapping[str, str], env: Mapping[str, str], log_dir: Path
     ) -> BuildInfo:
         command = self.options.get("build")
@@ -243,6 +257,7 @@ class CommandTarget:
         self,
         config: Configuration,
         worktree: str,
+        serve: str,
         values: Mapping[str, str],
         logs: Path,
         delivery: Mapping[str, str],
@@ -254,7 +269,7 @@ class CommandTarget:
             else f"{self.host.cache_dir()}/logs/{tag}/serve.log"
         )
         spec = LaunchSpec(
-            command=substitute(self.options["serve"], values),
+            command=substitute(serve, values),
             cwd=worktree,
             log_path=log_path,
             tag=tag,
@@ -343,7 +358,7 @@ class CommandTarget:
         timings: dict[str, float] = {}
         stage("build")
         t_build = time.monotonic()
-        build = self._build(worktree, values, env, logs)
+        build, plan = self._build(worktree, values, env, logs)
         # The stage's wall time: a cached or "installed" build still spends it (checking the
         # environment, installing the verify timer, preparing a proxy's model folder).
         timings["build_s"] = max(build.duration_s, time.monotonic() - t_build)
@@ -353,12 +368,12 @@ class CommandTarget:
         server: HostProcess | None = None
         in_flight: BaseException | None = None
         try:
-            if "serve" in self.options:
+            if plan.serve:
                 stage("serve")
                 t0 = time.monotonic()
-                server = self._serve(config, worktree, values, logs, delivery)
+                server = self._serve(config, worktree, plan.serve, values, logs, delivery)
                 self._server = server
-                ready = self.options.get("ready")
+                ready = plan.ready
                 wait_ready(
                     self.host,
                     substitute(ready, values, quote=False) if ready else None,
@@ -371,7 +386,7 @@ class CommandTarget:
                     server.notes.append(nccl.confirm_loaded(self.host, server, library))
             stage("measure")
             result = self.host.run(
-                [SHELL, "-c", substitute(self.options["measure"], values)],
+                [SHELL, "-c", substitute(plan.measure, values)],
                 cwd=worktree,
                 env=env,
                 timeout_s=self.experiment.timeout_s,
@@ -413,11 +428,8 @@ class CommandTarget:
                     # What ran, to reproduce this launch by hand (secrets redacted).
                     "cwd": worktree,
                     "commands": {
-                        stage: redact_text(
-                            substitute(self.options[stage], values, quote=stage != "ready"), env
-                        )
-                        for stage in ("build", "serve", "ready", "measure")
-                        if self.options.get(stage)
+                        stage: redact_text(substitute(command, values, quote=stage != "ready"), env)
+                        for stage, command in plan.stages().items()
                     },
                 },
             }

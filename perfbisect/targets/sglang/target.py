@@ -16,7 +16,7 @@ from perfbisect.errors import StepFailed
 from perfbisect.experiment import Experiment, TargetSpec
 from perfbisect.hosts.base import Host, default_python
 from perfbisect.probes.verify_timer import client_tokens_per_s, verify_samples
-from perfbisect.targets.base import BuildInfo, Measurement
+from perfbisect.targets.base import BuildInfo, LaunchPlan, Measurement
 from perfbisect.targets.command import CommandTarget
 from perfbisect.targets.readiness import LOG_PREFIX
 from perfbisect.targets.sglang.build import build, envs_root
@@ -154,7 +154,7 @@ class SglangTarget(CommandTarget):
 
     def _build(
         self, worktree: str, values: Mapping[str, str], env: Any, log_dir: Path
-    ) -> BuildInfo:
+    ) -> tuple[BuildInfo, LaunchPlan]:
         self._check_models()
         if self.installed:
             python, version, info = self._installed()
@@ -177,8 +177,8 @@ class SglangTarget(CommandTarget):
             root = f"{self.host.cache_dir()}/sglang/proxy-models"
             self._proxy_model = prepare_model(self.host, source, self.proxy, root)
             self._notes.append(flag_note(self.proxy, self._proxy_model, version))
-        self.options = {**self.options, **self._commands(python, version, values)}
-        return info
+        commands = self._commands(python, version, values)
+        return info, LaunchPlan(commands["measure"], commands["serve"], commands["ready"])
 
     def _installed(self) -> tuple[str, Version | None, BuildInfo]:
         """``build = "installed"``: serve the SGLang that ``python`` imports, as it is."""
