@@ -142,3 +142,15 @@ def test_a_new_target_kind_needs_its_declaration_and_one_registry_entry(
     typo.write_text('[target]\nkind = "echo"\nword = 3\n')
     with pytest.raises(ExperimentError, match=r"unknown key \(known: kind, words\)"):
         load_experiment(typo)
+
+
+def test_the_programs_run_on_hosts_stand_alone() -> None:
+    # perfbisect/remote/*.py are read as files and copied to hosts, where perfbisect may not
+    # be installed: they import nothing of perfbisect, and perfbisect never imports them.
+    graph = _graph()
+    programs = {m for m in graph if m.startswith("perfbisect.remote.")}
+    assert {"perfbisect.remote.reference_server", "perfbisect.remote.hardware_probe"} <= programs
+    for program in programs:
+        assert not graph[program], f"{program} imports {graph[program]}"
+    importers = {m: deps & programs for m, deps in graph.items() if deps & programs}
+    assert not importers, importers

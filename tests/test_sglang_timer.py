@@ -19,6 +19,7 @@ import pytest
 from packaging.version import Version
 
 from perfbisect.hosts.local import LocalHost
+from perfbisect.remote.verify_timer_boot import graph_flag
 from perfbisect.targets.sglang.server_log import (
     READY_LINE,
     decode_stats,
@@ -26,7 +27,6 @@ from perfbisect.targets.sglang.server_log import (
     nccl_version,
 )
 from perfbisect.targets.sglang.timer import install_timer
-from perfbisect.targets.sglang.verify_timer_boot import graph_flag
 
 RUNNER = """
 class ModelRunnerOutput:

@@ -1,6 +1,6 @@
 """`perfbisect demo`: a throwaway repository with a plausible history and one planted regression.
 
-The repository holds a copy of the reference server (``perfbisect/targets/reference/server.py``:
+The repository holds a copy of the reference server (``perfbisect/remote/reference_server.py``:
 an HTTP front, one worker per tensor-parallel rank, a draft proposer and the verify forward);
 about 30 commits refactor, log, comment and tweak it, and one of them plants the regression:
 on CPU verify recomputes the whole prefix instead of using the KV cache, on GPU (``--gpu``)

@@ -1,6 +1,6 @@
 """``probe env-propagation``: which variables reach which process, for each launch method.
 
-For every method the probe chain (``envchain_script.py``) is started exactly as a server would
+For every method the probe chain (``remote/envchain_probe.py``) is started exactly as a server would
 be, through the same launcher. It records the watched variables at each stage: the shell that
 runs the command, the Python parent, a ``spawn`` child, C ``getenv`` in that child, and with
 ``gpu`` NCCL's own report. The result is a matrix variable x method x stage plus provenance
@@ -19,7 +19,6 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from perfbisect.errors import StepFailed
@@ -30,9 +29,10 @@ from perfbisect.launch.registry import make_launcher
 from perfbisect.launch.ssh import SshLauncher
 from perfbisect.probes import provenance
 from perfbisect.redact import REDACTED, is_secret
+from perfbisect.remote import program
 from perfbisect.targets.command import PRESERVED_ENV
 
-SCRIPT = Path(__file__).with_name("envchain_script.py")
+SCRIPT = program("envchain_probe.py")
 PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "SGLANG_")
 ALWAYS = ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "OMP_NUM_THREADS")
 STAGES = ("shell", "python", "spawn_child", "c_getenv")

@@ -1,18 +1,18 @@
 """``probe hardware`` and the hardware section of every launch's snapshot.
 
-The NVML work happens in ``hardware_script.py``, run by the host's own Python (copied there
+The NVML work happens in ``remote/hardware_probe.py``, run by the host's own Python (copied there
 first for a remote host), so the snapshot describes the machine that runs the server.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from perfbisect.hosts.base import Host, default_python
+from perfbisect.remote import program
 
-SCRIPT = Path(__file__).with_name("hardware_script.py")
+SCRIPT = program("hardware_probe.py")
 
 
 def _script_on(host: Host) -> str:

@@ -13,9 +13,10 @@ from perfbisect.config import Configuration
 from perfbisect.experiment import Experiment, TargetSpec
 from perfbisect.hosts.base import Host, default_python
 from perfbisect.probes.verify_timer import verify_samples
+from perfbisect.remote import program
 from perfbisect.targets.command import PLACEHOLDER, CommandTarget
 
-SERVER = Path(__file__).with_name("server.py")
+SERVER = program("reference_server.py")
 SERVER_FLAGS = ("tp", "device", "layers", "hidden", "heads", "draft_tokens", "max_seq", "threads")
 
 

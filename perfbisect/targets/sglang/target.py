@@ -16,6 +16,7 @@ from perfbisect.errors import StepFailed
 from perfbisect.experiment import Experiment, TargetSpec
 from perfbisect.hosts.base import Host, default_python
 from perfbisect.probes.verify_timer import client_tokens_per_s, verify_samples
+from perfbisect.remote import program
 from perfbisect.targets.base import BuildInfo, LaunchPlan, Measurement
 from perfbisect.targets.command import CommandTarget
 from perfbisect.targets.readiness import LOG_PREFIX
@@ -27,7 +28,7 @@ from perfbisect.targets.sglang.proxy import server_args as proxy_args
 from perfbisect.targets.sglang.server_log import READY_LINE, log_notes
 from perfbisect.targets.sglang.timer import BOOT, install_timer
 
-WORKLOAD = Path(__file__).with_name("workload.py")
+WORKLOAD = program("sglang_workload.py")
 
 
 # Run by the interpreter of a `build = "installed"` target: what it would serve.

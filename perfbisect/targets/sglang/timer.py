@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from perfbisect.hosts.base import Host
+from perfbisect.remote import program
 
-BOOT = Path(__file__).with_name("verify_timer_boot.py")
+BOOT = program("verify_timer_boot.py")
 MODULE = "perfbisect_verify_timer"
 PTH_LINE = f"import {MODULE}\n"  # only the import: the module itself stays torch-free
 
