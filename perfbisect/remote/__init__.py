@@ -1,7 +1,7 @@
 """Programs that perfbisect copies to a host and runs there with whatever Python that host has
 (they import nothing from perfbisect, and are not imported by it: each is read as a file and
 written to the host). In one place so that their constraint is visible: standard library only
-(torch for the reference server, sglang's own environment for the verify timer), Python 3.8+.
+(torch for the reference server, the SGLang environment for the verify timer and the client).
 
 - ``reference_server.py``: the embedded tensor-parallel speculative server (the ``reference``
   target; the demo commits a copy as ``server.py``).
