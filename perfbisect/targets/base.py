@@ -27,6 +27,7 @@ class LaunchPlan:
     serve: str | None = None
     ready: str | None = None
     build: str | None = None  # the build command as the user wrote it, for the record
+    notes: tuple[str, ...] = ()  # what the build step says about this launch (its flags)
 
     def stages(self) -> dict[str, str]:
         """The commands by stage name, those that are set."""

@@ -174,11 +174,11 @@ class CommandTarget:
         described["launch"] = self._method(config)
         return described
 
-    def _samples(self, output: str) -> tuple[list[float], list[str]]:
+    def _samples(self, output: str, config: Configuration) -> tuple[list[float], list[str]]:
         """Samples from the measure output, and notes about them."""
         return parse_samples(output, self.pattern), []
 
-    def _sample_source(self) -> str:
+    def _sample_source(self, config: Configuration) -> str:
         return f"metric pattern {self.experiment.metric.pattern!r}"
 
     # ---- stages -----------------------------------------------------------------------------
@@ -193,7 +193,12 @@ class CommandTarget:
         )
 
     def _build(
-        self, worktree: str, values: Mapping[str, str], env: Mapping[str, str], log_dir: Path
+        self,
+        config: Configuration,
+        worktree: str,
+        values: Mapping[str, str],
+        env: Mapping[str, str],
+        log_dir: Path,
     ) -> tuple[BuildInfo, LaunchPlan]:
         """Build the checkout; what was built and the commands the launch runs next."""
         plan = self._plan()
@@ -358,7 +363,7 @@ class CommandTarget:
         timings: dict[str, float] = {}
         stage("build")
         t_build = time.monotonic()
-        build, plan = self._build(worktree, values, env, logs)
+        build, plan = self._build(config, worktree, values, env, logs)
         # The stage's wall time: a cached or "installed" build still spends it (checking the
         # environment, installing the verify timer, preparing a proxy's model folder).
         timings["build_s"] = max(build.duration_s, time.monotonic() - t_build)
@@ -400,11 +405,11 @@ class CommandTarget:
                 )
             if result.returncode != 0:
                 raise StepFailed("measure", f"exit {result.returncode}: {tail}")
-            samples, flags = self._samples(result.output)
+            samples, flags = self._samples(result.output, config)
             if not samples:
                 raise StepFailed(
                     "measure",
-                    f"no samples: {self._sample_source()} matched nothing; output tail: "
+                    f"no samples: {self._sample_source(config)} matched nothing; output tail: "
                     f"{tail or '(empty)'}",
                 )
         except BaseException as exc:
@@ -438,7 +443,7 @@ class CommandTarget:
             samples=samples,
             timings=timings,
             log_path=str(logs),
-            flags=[*flags, *instability_flags(samples)],
+            flags=[*flags, *instability_flags(samples), *plan.notes],
             build=build,
             snapshot=snapshot,
         )

@@ -73,10 +73,10 @@ class ReferenceTarget(CommandTarget):
         self.host.write_file(path, SERVER.read_bytes())
         return shlex.quote(path)
 
-    def _samples(self, output: str) -> tuple[list[float], list[str]]:
+    def _samples(self, output: str, config: Configuration) -> tuple[list[float], list[str]]:
         return verify_samples(output)
 
-    def _sample_source(self) -> str:
+    def _sample_source(self, config: Configuration) -> str:
         return "no verify timing lines"
 
     def describe(self, config: Configuration) -> dict[str, Any]:

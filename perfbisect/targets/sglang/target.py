@@ -50,9 +50,6 @@ class SglangTarget(CommandTarget):
         self.installed = self.sglang.get("build", "editable") == "installed"
         self.options = {"timeout_s": self.sglang.get("timeout_s", 1800)}
         self.proxy = ProxySpec.of(self.sglang)
-        self._proxy_model: str | None = None  # set while a proxy launch is being prepared
-        self._notes: list[str] = []  # what this launch's preparation says about it
-        self._baseline = False  # this launch runs without speculative decoding
         self.experiment = replace(
             experiment, target=TargetSpec("sglang", self.options, experiment.target.repo)
         )
@@ -82,13 +79,20 @@ class SglangTarget(CommandTarget):
         return args
 
     def _commands(
-        self, python: str, version: Version | None, values: Mapping[str, str]
+        self,
+        python: str,
+        version: Version | None,
+        values: Mapping[str, str],
+        proxy_model: str | None = None,
+        speculative: bool = True,
     ) -> dict[str, str]:
+        """The serve, ready and measure commands; ``proxy_model``: the proxy's model folder
+        (a proxy launch), ``speculative``: False for a baseline launch."""
         options = {**self.sglang, "extra_args": self._server_args(values)}
-        if self._proxy_model is not None and self.proxy is not None:
-            options["model"] = self._proxy_model
+        if proxy_model is not None and self.proxy is not None:
+            options["model"] = proxy_model
             options["extra_args"] = [*options["extra_args"], *proxy_args(self.proxy, version)]
-        argv = server_argv(python, version, options, "{port}", not self._baseline)
+        argv = server_argv(python, version, options, "{port}", speculative)
         serve = "PERFBISECT_VERIFY_TIMER_DIR={timing} exec " + shell_command(argv)
         workload = [
             shlex.quote(python),
@@ -154,7 +158,12 @@ class SglangTarget(CommandTarget):
         return path
 
     def _build(
-        self, worktree: str, values: Mapping[str, str], env: Any, log_dir: Path
+        self,
+        config: Configuration,
+        worktree: str,
+        values: Mapping[str, str],
+        env: Any,
+        log_dir: Path,
     ) -> tuple[BuildInfo, LaunchPlan]:
         self._check_models()
         if self.installed:
@@ -172,14 +181,17 @@ class SglangTarget(CommandTarget):
             python = built.python
             info = BuildInfo("ok", built.reused, 0.0, f"environment {built.digest}")
             (log_dir / "build.log").write_text(built.log)
-        if self._proxy_model is not None:
+        proxy_model: str | None = None
+        notes: tuple[str, ...] = ()
+        if config.is_proxy:
             assert self.proxy is not None
             source = self.proxy.model or str(self.sglang["model"])
             root = f"{self.host.cache_dir()}/sglang/proxy-models"
-            self._proxy_model = prepare_model(self.host, source, self.proxy, root)
-            self._notes.append(flag_note(self.proxy, self._proxy_model, version))
-        commands = self._commands(python, version, values)
-        return info, LaunchPlan(commands["measure"], commands["serve"], commands["ready"])
+            proxy_model = prepare_model(self.host, source, self.proxy, root)
+            notes = (flag_note(self.proxy, proxy_model, version),)
+        commands = self._commands(python, version, values, proxy_model, not config.is_baseline)
+        plan = LaunchPlan(commands["measure"], commands["serve"], commands["ready"], notes=notes)
+        return info, plan
 
     def _installed(self) -> tuple[str, Version | None, BuildInfo]:
         """``build = "installed"``: serve the SGLang that ``python`` imports, as it is."""
@@ -205,15 +217,15 @@ class SglangTarget(CommandTarget):
             version = None
         return python, version, location, site
 
-    def _samples(self, output: str) -> tuple[list[float], list[str]]:
-        if self._baseline:  # no speculation, no verify: the value is the client's tokens/s
+    def _samples(self, output: str, config: Configuration) -> tuple[list[float], list[str]]:
+        if config.is_baseline:  # no speculation, no verify: the value is the client's tokens/s
             tokens = client_tokens_per_s(output)
             note = "baseline launch: no speculative decoding; value = client tokens/s"
             return ([tokens] if tokens is not None else []), [note]
         return verify_samples(output)
 
-    def _sample_source(self) -> str:
-        if self._baseline:
+    def _sample_source(self, config: Configuration) -> str:
+        if config.is_baseline:
             return "no workload summary line (tokens_per_s=...)"
         return "no verify timer lines (is the timer installed and PERFBISECT_VERIFY_TIMER_DIR set?)"
 
@@ -222,15 +234,7 @@ class SglangTarget(CommandTarget):
             raise StepFailed("build", "a proxy launch was asked for, but [target] has no proxy")
         if config.is_baseline and not self.sglang.get("baseline"):
             raise StepFailed("build", "a baseline launch was asked for, but baseline is not set")
-        self._proxy_model = "" if config.is_proxy else None
-        self._baseline = config.is_baseline
-        self._notes = []
-        try:
-            measured = super().launch(config, log_dir, on_stage)
-        finally:
-            self._proxy_model = None
-            self._baseline = False
-        measured.flags.extend(self._notes)
+        measured = super().launch(config, log_dir, on_stage)
         measured.snapshot["fidelity"] = "proxy" if config.is_proxy else "full"
         measured.snapshot["speculative"] = not config.is_baseline
         log_file = Path(log_dir) / "serve.log"
