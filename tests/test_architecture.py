@@ -154,3 +154,30 @@ def test_the_programs_run_on_hosts_stand_alone() -> None:
         assert not graph[program], f"{program} imports {graph[program]}"
     importers = {m: deps & programs for m, deps in graph.items() if deps & programs}
     assert not importers, importers
+
+
+def test_each_kind_schema_is_its_typed_options() -> None:
+    # The [target] keys a kind accepts are its options dataclass's fields, typed from their
+    # annotations, required exactly when they have no default.
+    from perfbisect.targets.command_kind import CommandOptions
+    from perfbisect.targets.kind import parse_options, schema_of
+    from perfbisect.targets.kinds import KINDS
+    from perfbisect.targets.sglang.kind import SglangOptions
+
+    assert schema_of(CommandOptions)["measure"] == ((str,), True)
+    assert schema_of(CommandOptions)["timeout_s"] == ((int, float), False)
+    assert schema_of(SglangOptions)["extra_args"] == ((list,), False)
+    assert schema_of(SglangOptions)["proxy"] == ((dict,), False)
+    for kind in KINDS.values():
+        assert kind.schema["kind"] == ((str,), True)
+    typed = parse_options(
+        SglangOptions,
+        {
+            "kind": "sglang",
+            "model": "m",
+            "draft_model": "d",
+            "extra_args": ["--x", 1],
+            "requests": 8,
+        },
+    )
+    assert typed.extra_args == ("--x", 1) and typed.requests == 8 and typed.concurrency == 4

@@ -114,12 +114,13 @@ def test_default_interpreter_is_the_one_running_perfbisect() -> None:
 
     from perfbisect.hosts.base import default_python
     from perfbisect.hosts.local import LocalHost
+    from perfbisect.targets.reference.kind import ReferenceOptions
     from perfbisect.targets.reference.target import command_options
 
     python = default_python(LocalHost())
     assert python == sys.executable
-    options = command_options({}, "server.py", python)
+    options = command_options(ReferenceOptions(), "server.py", python)
     assert options["serve"].startswith(shlex.quote(sys.executable) + " server.py serve")
     assert options["measure"].startswith(shlex.quote(sys.executable) + " server.py bench")
-    named = command_options({"python": "/opt/py/bin/python3"}, "server.py", python)
+    named = command_options(ReferenceOptions(python="/opt/py/bin/python3"), "server.py", python)
     assert named["serve"].startswith("/opt/py/bin/python3 ")

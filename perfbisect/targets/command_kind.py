@@ -3,19 +3,25 @@
 
 from __future__ import annotations
 
-from perfbisect.checks import NUMBER
-from perfbisect.targets.kind import TargetKind
+from dataclasses import dataclass
+
+from perfbisect.targets.kind import TargetKind, schema_of
+
+
+@dataclass(frozen=True)
+class CommandOptions:
+    """The ``[target]`` table of ``kind = "command"``: shell commands with ``{placeholders}``."""
+
+    measure: str  # prints the samples the metric pattern reads
+    repo: str | None = None  # the git repository whose commits are the commit axis
+    build: str | None = None
+    serve: str | None = None  # a server started by the launch method, torn down after
+    ready: str | None = None  # a URL, a log line ("log:..."), or a command
+    timeout_s: float | None = None  # per stage (default: the experiment's)
+
 
 COMMAND = TargetKind(
     name="command",
-    schema={
-        "kind": ((str,), True),
-        "repo": ((str,), False),
-        "build": ((str,), False),
-        "serve": ((str,), False),
-        "ready": ((str,), False),
-        "measure": ((str,), True),
-        "timeout_s": (NUMBER, False),
-    },
+    schema=schema_of(CommandOptions),
     factory="perfbisect.targets.command:CommandTarget",
 )

@@ -4,7 +4,6 @@ command pipeline (host, launch methods, teardown checks), with per-cycle verify 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,20 +14,23 @@ from perfbisect.hosts.base import Host, default_python
 from perfbisect.probes.verify_timer import verify_samples
 from perfbisect.remote import program
 from perfbisect.targets.command import PLACEHOLDER, CommandTarget
+from perfbisect.targets.kind import parse_options
+from perfbisect.targets.reference.kind import ReferenceOptions
 
 SERVER = program("reference_server.py")
 SERVER_FLAGS = ("tp", "device", "layers", "hidden", "heads", "draft_tokens", "max_seq", "threads")
 
 
-def command_options(options: Mapping[str, Any], server: str, python: str) -> dict[str, Any]:
-    """serve/ready/measure for the generic pipeline, from the reference keys (``python``: the
+def command_options(options: ReferenceOptions, server: str, python: str) -> dict[str, Any]:
+    """serve/ready/measure for the generic pipeline, from the reference options (``python``: the
     interpreter when the experiment names none)."""
-    python = shlex.quote(str(options.get("python", python)))
+    python = shlex.quote(options.python or python)
     flags = []
     for key in SERVER_FLAGS:
-        if key in options:
-            flags += [f"--{key.replace('_', '-')}", str(options[key])]
-    flags += [str(a) for a in options.get("server_args", [])]
+        value = getattr(options, key)
+        if value is not None:
+            flags += [f"--{key.replace('_', '-')}", str(value)]
+    flags += [str(a) for a in options.server_args]
     # A bare placeholder ("{verify_input}") is left for substitution, which quotes it.
     quoted = [f if PLACEHOLDER.fullmatch(f) else shlex.quote(f) for f in flags]
     serve = " ".join(
@@ -43,25 +45,25 @@ def command_options(options: Mapping[str, Any], server: str, python: str) -> dic
             "{port}",
             "--timing-dir",
             "{timing}",
-            f"--cycles {int(options.get('cycles', 40))}",
-            f"--warmup {int(options.get('warmup', 5))}",
-            f"--prompt {int(options.get('prompt', 16))}",
+            f"--cycles {options.cycles}",
+            f"--warmup {options.warmup}",
+            f"--prompt {options.prompt}",
         ]
     )
     return {
         "serve": serve,
         "ready": "http://127.0.0.1:{port}/health",
         "measure": measure,
-        "timeout_s": options.get("timeout_s", 600),
+        "timeout_s": options.timeout_s,
     }
 
 
 class ReferenceTarget(CommandTarget):
     def __init__(self, experiment: Experiment, cache_dir: Path, host: Host | None = None):
         super().__init__(experiment, cache_dir, host)
-        self.reference = dict(experiment.target.options)
         server = "{worktree}/server.py" if experiment.target.repo else self._packaged_server()
-        self.options = command_options(self.reference, server, default_python(self.host))
+        typed = parse_options(ReferenceOptions, experiment.target.options)
+        self.options = command_options(typed, server, default_python(self.host))
         self.experiment = replace(
             experiment, target=TargetSpec("reference", self.options, experiment.target.repo)
         )

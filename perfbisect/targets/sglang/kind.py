@@ -4,10 +4,11 @@ EAGLE-3 speculative decoding; its options and their checks (the implementation i
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from perfbisect.checks import NUMBER, Checker, Schema
-from perfbisect.targets.kind import KindCheck, TargetKind
+from perfbisect.checks import Checker, Schema
+from perfbisect.targets.kind import KindCheck, TargetKind, schema_of
 
 CONFIRM_CHOICES = ("full", "none")  # confirm the proxy search's culprit on the full model, or not
 PROXY_SCHEMA: Schema = {
@@ -16,34 +17,40 @@ PROXY_SCHEMA: Schema = {
     "model": ((str,), False),
     "extra_args": ((list,), False),
 }
-SCHEMA: Schema = {
-    "kind": ((str,), True),
-    "repo": ((str,), False),  # required unless build = "installed"
-    "build": ((str,), False),  # "editable" (the commit's checkout) or "installed"
-    "ready": ((str,), False),  # "health" (/health_generate) or "log" (the ready line)
-    "axis_args": ((dict,), False),  # {axis: {value: [server args]}}
-    "prompts": ((str,), False),
-    "model": ((str,), True),
-    "draft_model": ((str,), True),
-    "tp": ((int,), False),
-    "speculative_num_steps": ((int,), False),
-    "speculative_eagle_topk": ((int,), False),
-    "speculative_num_draft_tokens": ((int,), False),
-    "extra_args": ((list,), False),
-    "python": ((str,), False),
-    "pip_args": ((list,), False),
-    "requests": ((int,), False),
-    "concurrency": ((int,), False),
-    "max_new_tokens": ((int,), False),
-    "warmup_requests": ((int,), False),
+
+
+@dataclass(frozen=True)
+class SglangOptions:
+    """The ``[target]`` table of ``kind = "sglang"``, typed, with its defaults."""
+
+    model: str  # the served model: a hub id or a folder
+    draft_model: str  # the EAGLE-3 draft
+    repo: str | None = None  # the SGLang checkout; required unless build = "installed"
+    build: str = "editable"  # "editable" (the commit's checkout) or "installed"
+    ready: str = "health"  # "health" (/health_generate) or "log" (the ready line)
+    axis_args: dict[str, Any] = field(default_factory=dict)  # {axis: {value: [server args]}}
+    prompts: str | None = None  # one prompt per line (default: a built-in set)
+    tp: int = 1
+    speculative_num_steps: int = 3
+    speculative_eagle_topk: int = 1
+    speculative_num_draft_tokens: int = 4
+    extra_args: tuple[Any, ...] = ()
+    python: str | None = None  # the interpreter the environments are layered on
+    pip_args: tuple[Any, ...] = ()
+    requests: int = 32
+    concurrency: int = 4
+    max_new_tokens: int = 256
+    warmup_requests: int = 2
     # Proxy launches (targets/sglang/proxy.py): {layers = N, override?, model?, extra_args?}
-    "proxy": ((dict,), False),
-    "confirm": ((str,), False),  # "full" (default with a proxy) or "none"
+    proxy: dict[str, Any] | None = None
+    confirm: str | None = None  # "full" (default with a proxy) or "none"
     # Launch the endpoints without speculative decoding too: speculation's speed-up.
-    "baseline": ((bool,), False),
-    "baseline_rounds": ((int,), False),  # with/without pairs per endpoint (default 2)
-    "timeout_s": (NUMBER, False),
-}
+    baseline: bool = False
+    baseline_rounds: int = 2  # with/without pairs per endpoint
+    timeout_s: float = 1800.0
+
+
+SCHEMA: Schema = schema_of(SglangOptions)
 
 
 SGLANG_BUILDS = ("editable", "installed")

@@ -19,9 +19,11 @@ from perfbisect.probes.verify_timer import client_tokens_per_s, verify_samples
 from perfbisect.remote import program
 from perfbisect.targets.base import BuildInfo, LaunchPlan, Measurement
 from perfbisect.targets.command import CommandTarget
+from perfbisect.targets.kind import parse_options
 from perfbisect.targets.readiness import LOG_PREFIX
 from perfbisect.targets.sglang.build import build, envs_root
 from perfbisect.targets.sglang.deps import install_plan
+from perfbisect.targets.sglang.kind import SglangOptions
 from perfbisect.targets.sglang.launch_args import checkout_version, server_argv, shell_command
 from perfbisect.targets.sglang.proxy import ProxySpec, flag_note, prepare_model
 from perfbisect.targets.sglang.proxy import server_args as proxy_args
@@ -47,8 +49,9 @@ class SglangTarget(CommandTarget):
     def __init__(self, experiment: Experiment, cache_dir: Path, host: Host | None = None):
         super().__init__(experiment, cache_dir, host)
         self.sglang = dict(experiment.target.options)
-        self.installed = self.sglang.get("build", "editable") == "installed"
-        self.options = {"timeout_s": self.sglang.get("timeout_s", 1800)}
+        self.opts = parse_options(SglangOptions, experiment.target.options)
+        self.installed = self.opts.build == "installed"
+        self.options = {"timeout_s": self.opts.timeout_s}
         self.proxy = ProxySpec.of(self.sglang)
         self.experiment = replace(
             experiment, target=TargetSpec("sglang", self.options, experiment.target.repo)
@@ -73,8 +76,8 @@ class SglangTarget(CommandTarget):
 
     def _server_args(self, values: Mapping[str, str]) -> list[str]:
         """``extra_args`` plus the ``axis_args`` of this configuration's axis values."""
-        args = [str(a) for a in self.sglang.get("extra_args", [])]
-        for axis, by_value in dict(self.sglang.get("axis_args", {})).items():
+        args = [str(a) for a in self.opts.extra_args]
+        for axis, by_value in self.opts.axis_args.items():
             args += [str(a) for a in by_value.get(values.get(axis, ""), [])]
         return args
 
@@ -102,19 +105,19 @@ class SglangTarget(CommandTarget):
             "--timing-dir",
             "{timing}",
             "--requests",
-            str(int(self.sglang.get("requests", 32))),
+            str(self.opts.requests),
             "--concurrency",
-            str(int(self.sglang.get("concurrency", 4))),
+            str(self.opts.concurrency),
             "--max-new-tokens",
-            str(int(self.sglang.get("max_new_tokens", 256))),
+            str(self.opts.max_new_tokens),
             "--warmup",
-            str(int(self.sglang.get("warmup_requests", 2))),
+            str(self.opts.warmup_requests),
         ]
-        if "prompts" in self.sglang:
+        if self.opts.prompts:
             workload += ["--prompts", shlex.quote(self._prompts_path())]
         ready = (
             LOG_PREFIX + READY_LINE
-            if self.sglang.get("ready", "health") == "log"
+            if self.opts.ready == "log"
             else "http://127.0.0.1:{port}/health_generate"
         )
         return {
@@ -125,7 +128,7 @@ class SglangTarget(CommandTarget):
         }
 
     def _prompts_path(self) -> str:
-        local = self.experiment.directory / str(self.sglang["prompts"])
+        local = self.experiment.directory / str(self.opts.prompts)
         if self.host.is_local:
             return str(local)
         path = f"{self.host.cache_dir()}/sglang/prompts-{local.name}"
@@ -173,10 +176,10 @@ class SglangTarget(CommandTarget):
             built = build(
                 self.host,
                 worktree,
-                str(self.sglang.get("python") or default_python(self.host)),
+                self.opts.python or default_python(self.host),
                 envs_root(self.host),
                 float(self.options["timeout_s"]),
-                tuple(str(a) for a in self.sglang.get("pip_args", [])),
+                tuple(str(a) for a in self.opts.pip_args),
             )
             python = built.python
             info = BuildInfo("ok", built.reused, 0.0, f"environment {built.digest}")
@@ -185,7 +188,7 @@ class SglangTarget(CommandTarget):
         notes: tuple[str, ...] = ()
         if config.is_proxy:
             assert self.proxy is not None
-            source = self.proxy.model or str(self.sglang["model"])
+            source = self.proxy.model or self.opts.model
             root = f"{self.host.cache_dir()}/sglang/proxy-models"
             proxy_model = prepare_model(self.host, source, self.proxy, root)
             notes = (flag_note(self.proxy, proxy_model, version),)
@@ -204,7 +207,7 @@ class SglangTarget(CommandTarget):
 
     def _probe_installed(self) -> tuple[str, Version | None, str, str]:
         """The interpreter, the SGLang version it imports, where from, and its site-packages."""
-        python = str(self.sglang.get("python") or default_python(self.host))
+        python = self.opts.python or default_python(self.host)
         probe = self.host.run([python, "-c", _INSTALLED_PROBE], timeout_s=300)
         if not probe.ok:
             raise StepFailed(
@@ -232,7 +235,7 @@ class SglangTarget(CommandTarget):
     def launch(self, config: Configuration, log_dir: str, on_stage: Any = None) -> Measurement:
         if config.is_proxy and self.proxy is None:
             raise StepFailed("build", "a proxy launch was asked for, but [target] has no proxy")
-        if config.is_baseline and not self.sglang.get("baseline"):
+        if config.is_baseline and not self.opts.baseline:
             raise StepFailed("build", "a baseline launch was asked for, but baseline is not set")
         measured = super().launch(config, log_dir, on_stage)
         measured.snapshot["fidelity"] = "proxy" if config.is_proxy else "full"
@@ -266,7 +269,7 @@ class SglangTarget(CommandTarget):
                 "SETUPTOOLS_SCM_PRETEND_VERSION=0.0.0+perfbisect " if plan.version_from_git else ""
             )
             steps = [
-                f"{self.sglang.get('python') or default_python(self.host)} -m venv --system-site-packages "
+                f"{self.opts.python or default_python(self.host)} -m venv --system-site-packages "
                 f"--without-pip {envs_root(self.host)}/{plan.digest}   # once per pinned set, "
                 "layered on that interpreter's own environment",
                 f"{pretend}{python} -m pip install -e {worktree}/{plan.target}",
@@ -283,7 +286,7 @@ class SglangTarget(CommandTarget):
             "measure": commands["measure"],
         }
         if self.proxy is not None:
-            source = self.proxy.model or str(self.sglang["model"])
+            source = self.proxy.model or self.opts.model
             described["proxy"] = {
                 "what": self.proxy.describe(),
                 "model": f"a copy of {source}/config.json ({self.proxy.describe()}) next to links "
