@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfbisect.bisect.driver import stage_seconds
 from perfbisect.bisect.report_model import Report
-from perfbisect.bisect.session import expected_steps, stage_seconds
+from perfbisect.bisect.session import expected_steps
 from perfbisect.store.database import Store
 from perfbisect.store.history import find_session, session_launches, session_steps
 
