@@ -181,3 +181,49 @@ def test_each_kind_schema_is_its_typed_options() -> None:
         },
     )
     assert typed.extra_args == ("--x", 1) and typed.requests == 8 and typed.concurrency == 4
+
+
+# The package's layers, lowest first; a module imports only from its own layer or below.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "config", "paths", "redact", "checks", "samples"),
+    ("cachedir", "store"),
+    ("experiment",),
+    ("hosts",),
+    ("launch",),
+    ("probes", "remote"),
+    ("targets",),
+    ("executors",),
+    ("bisect",),
+    ("formatting", "html_report", "demo"),
+    ("cli", "__main__"),
+)
+# Declarations the experiment file is checked against: the launch methods' names and each
+# target kind's options. They sit with their code but import only from the lowest layer.
+DECLARATIONS = {
+    "perfbisect.launch.method",
+    "perfbisect.targets.kind",
+    "perfbisect.targets.kinds",
+    "perfbisect.targets.command_kind",
+    "perfbisect.targets.reference.kind",
+    "perfbisect.targets.sglang.kind",
+}
+
+
+def _layer(module: str) -> int:
+    if module in DECLARATIONS:
+        return 1  # right below the experiment file
+    top = module.split(".")[1] if "." in module else ""
+    if not top:
+        return 0  # the package itself (its version)
+    return next(i for i, names in enumerate(LAYERS) if top in names)
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    graph = _graph()
+    upward = [
+        f"{m} -> {d}" for m, deps in sorted(graph.items()) for d in deps if _layer(d) > _layer(m)
+    ]
+    assert not upward, upward
+    for declaration in DECLARATIONS:  # they stay light: the loader imports every one
+        heavy = [d for d in graph[declaration] if _layer(d) > 1]
+        assert not heavy, (declaration, heavy)

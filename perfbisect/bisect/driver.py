@@ -25,12 +25,13 @@ from perfbisect.bisect.engine import (
     Policy,
     Purpose,
 )
-from perfbisect.bisect.stats import instability_flags, median
+from perfbisect.bisect.stats import median
 from perfbisect.config import Configuration
 from perfbisect.errors import PerfbisectError, StepFailed, lead_with_error
 from perfbisect.executors.registry import make_target
 from perfbisect.experiment import Experiment
 from perfbisect.paths import cache_dir
+from perfbisect.samples import instability_flags
 from perfbisect.store import records
 from perfbisect.store.database import Store
 from perfbisect.store.history import (

@@ -8,7 +8,6 @@ from typing import Any
 from perfbisect.bisect.engine import Culprit, Engine, Outcome, PointResult
 from perfbisect.bisect.report_model import (
     AttributionRow,
-    CommitInfo,
     Interval,
     PathPoint,
     Report,
@@ -22,6 +21,7 @@ from perfbisect.errors import lead_with_error
 from perfbisect.experiment import Experiment
 from perfbisect.store.database import Store
 from perfbisect.store.history import diff_snapshots, history, launch_with_samples
+from perfbisect.targets.gitrepo import CommitInfo
 
 DRIFT_MIN_EFFECT = 0.05
 

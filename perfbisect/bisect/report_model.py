@@ -18,6 +18,7 @@ from typing import Any
 
 from perfbisect.bisect.baseline import SpeedupRow
 from perfbisect.bisect.stats import Difference, Verdict
+from perfbisect.targets.gitrepo import CommitInfo
 
 REPORT_VERSION = 2
 
@@ -50,14 +51,6 @@ class Interval:
             return None
         lo, hi = data["ci"]
         return cls(float(data["median"]), float(lo), float(hi), int(data.get("launches", 0)))
-
-
-@dataclass(frozen=True)
-class CommitInfo:
-    sha: str
-    subject: str
-    author: str
-    date: str
 
 
 @dataclass(frozen=True)

@@ -137,23 +137,6 @@ def difference(a: Sequence[float], b: Sequence[float], rel_sd: float, z: float) 
     return Difference(delta, delta - z * sd, delta + z * sd)
 
 
-def instability_flags(samples: Sequence[float]) -> list[str]:
-    """pyperf-style warnings for one launch's samples: wide spread, or far outliers."""
-    flags: list[str] = []
-    if len(samples) < 2:
-        return flags
-    centre = median(samples)
-    if centre == 0:
-        return flags
-    spread = statistics.pstdev(samples) / abs(centre)
-    if spread >= 0.10:
-        flags.append(f"unstable: std dev is {spread:.0%} of the median")
-    outliers = sum(1 for x in samples if abs(x - centre) > 0.5 * abs(centre))
-    if outliers:
-        flags.append(f"{outliers} sample(s) more than 50% from the median")
-    return flags
-
-
 CORE_TOLERANCE = 0.15  # a launch this much slower than the best ones is not the same level
 OUTLIER_RATIO = 1.4  # a launch this many times slower than the best one is an outlier launch
 

@@ -133,7 +133,8 @@ def sessions(ctx: typer.Context, as_json: bool = JSON) -> None:
 
 
 def _launch_summary(store: Any, launch_id: int) -> dict[str, Any]:
-    from perfbisect.bisect.stats import instability_flags, median
+    from perfbisect.bisect.stats import median
+    from perfbisect.samples import instability_flags
     from perfbisect.store.history import launch_with_samples
 
     view, samples, snapshot = launch_with_samples(store, launch_id)

@@ -10,7 +10,12 @@ from perfbisect.experiment import Experiment
 from perfbisect.hosts.base import Host, HostProcess
 from perfbisect.launch.method import Method
 
+# Set on the machine, never to be lost on the way to a process we start (NVLink multicast
+# can take a shared host's GPUs out of service): passed explicitly with every launch.
+PRESERVED_ENV = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+
 __all__ = [
+    "PRESERVED_ENV",
     "CleanedUpProcess",
     "LaunchOptions",
     "LaunchSpec",

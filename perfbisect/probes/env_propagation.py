@@ -24,13 +24,12 @@ from typing import Any
 from perfbisect.errors import StepFailed
 from perfbisect.hosts.base import Host, default_python
 from perfbisect.hosts.openssh import OpenSshClient
-from perfbisect.launch.base import LaunchOptions, LaunchSpec, Method
+from perfbisect.launch.base import PRESERVED_ENV, LaunchOptions, LaunchSpec, Method
 from perfbisect.launch.registry import make_launcher
 from perfbisect.launch.ssh import SshLauncher
 from perfbisect.probes import provenance
 from perfbisect.redact import REDACTED, is_secret
 from perfbisect.remote import program
-from perfbisect.targets.command import PRESERVED_ENV
 
 SCRIPT = program("envchain_probe.py")
 PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "SGLANG_")
@@ -60,7 +59,7 @@ class ProbeRequest:
     timeout_s: float = 120.0
     # "your environment": default ours on the local host, the login shell's on a remote one
     reference_env: Mapping[str, str] | None = None
-    # passed to every launch by perfbisect itself (targets.command.PRESERVED_ENV found here)
+    # passed to every launch by perfbisect itself (launch.base.PRESERVED_ENV found here)
     explicit: Mapping[str, str] | None = None
 
     def passed(self) -> dict[str, str]:

@@ -21,16 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from perfbisect import __version__
-from perfbisect.bisect.stats import instability_flags
 from perfbisect.config import COMMIT_AXIS, Configuration
 from perfbisect.errors import StepFailed
 from perfbisect.experiment import Experiment
 from perfbisect.hosts.base import Host, HostProcess
 from perfbisect.hosts.registry import open_experiment_host, open_host
-from perfbisect.launch.base import LaunchSpec, launch_options
+from perfbisect.launch.base import PRESERVED_ENV, LaunchSpec, launch_options
 from perfbisect.launch.registry import make_launcher
 from perfbisect.probes.hardware import gpu_memory_used, hardware_snapshot
 from perfbisect.redact import redact_env, redact_text
+from perfbisect.samples import instability_flags
 from perfbisect.targets import nccl
 from perfbisect.targets.base import BuildInfo, LaunchPlan, Measurement
 from perfbisect.targets.driver import ensure_driver
@@ -39,9 +39,6 @@ from perfbisect.targets.readiness import wait_ready
 from perfbisect.targets.sync import sync_tree
 
 PLACEHOLDER = re.compile(r"\{([a-z][a-z0-9_]*)\}")
-# Set on the machine, never to be lost on the way to a process we start (NVLink multicast
-# can take a shared host's GPUs out of service): passed explicitly with every launch.
-PRESERVED_ENV = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
 SHELL = "/bin/sh"
 GPU_MEMORY_SLACK_MIB = 256  # what another tenant's small allocation may add meanwhile
 _CHECKOUTS = threading.Lock()  # local worktrees, one at a time (see _worktree)

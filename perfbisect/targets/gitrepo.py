@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfbisect.bisect.report_model import CommitInfo
 from perfbisect.errors import RevisionError, StepFailed
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """A commit as the report shows it."""
+
+    sha: str
+    subject: str
+    author: str
+    date: str
 
 
 class GitRepo:
