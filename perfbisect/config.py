@@ -14,7 +14,14 @@ from dataclasses import dataclass
 
 from perfbisect.errors import UsageError
 
+# The built-in axes' names, defined once (the experiment file, the path builder and the targets
+# read them from here).
 COMMIT_AXIS = "commit"
+PATCHES_AXIS = "patches"
+NCCL_AXIS = "nccl"
+DRIVER_AXIS = "driver"
+LAUNCH_AXIS = "launch"
+BUILTIN_AXES = (COMMIT_AXIS, PATCHES_AXIS, NCCL_AXIS, DRIVER_AXIS, LAUNCH_AXIS)
 # A proxy launch (same code, random weights, fewer layers) is a measurement of another kind: its
 # configuration's context carries this mark, so its fingerprint, replay and reuse never mix
 # with the full model's.

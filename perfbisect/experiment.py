@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from perfbisect.checks import NUMBER, Checker, Schema
-from perfbisect.config import context_digest
+from perfbisect.config import BUILTIN_AXES, DRIVER_AXIS, NCCL_AXIS, PATCHES_AXIS, context_digest
 from perfbisect.errors import ExperimentError
 from perfbisect.launch.method import Method
 from perfbisect.targets.kind import KindCheck
@@ -29,7 +29,7 @@ else:  # pragma: no cover
 DEFAULT_EXPERIMENT = "perfbisect.toml"
 AXIS_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 NCCL_VERSION = re.compile(r"^\d+\.\d+\.\d+(\.post\d+)?$")  # else an [axes.nccl] value is a path
-RESERVED_AXES = {"commit", "patches", "nccl", "driver", "launch", "port", "worktree"}
+RESERVED_AXES = {*BUILTIN_AXES, "port", "worktree"}  # the built-in axes and placeholders
 
 
 METRIC_SCHEMA: Schema = {
@@ -373,7 +373,7 @@ def _parse_launch(check: Checker, doc: Mapping[str, Any]) -> LaunchSettings:
 
 def _parse_custom_axes(check: Checker, axes: Mapping[str, Any]) -> tuple[CustomAxisSpec, ...]:
     for key in axes:
-        if key not in ("custom", "patches", "nccl", "driver"):
+        if key not in ("custom", PATCHES_AXIS, NCCL_AXIS, DRIVER_AXIS):
             raise check.fail(
                 ("axes",), key, "unknown axis kind here (known: custom, patches, nccl, driver)"
             )

@@ -6,15 +6,18 @@ from dataclasses import dataclass
 
 from perfbisect.bisect.multiaxis import SET_SEPARATOR, AxisPlan, join_set, split_set
 from perfbisect.bisect.space import AxisValues, staircase_path
-from perfbisect.config import COMMIT_AXIS, Configuration, parse_spec
+from perfbisect.config import (
+    COMMIT_AXIS,
+    DRIVER_AXIS,
+    LAUNCH_AXIS,
+    NCCL_AXIS,
+    PATCHES_AXIS,
+    Configuration,
+    parse_spec,
+)
 from perfbisect.errors import UsageError
 from perfbisect.experiment import LAUNCH_METHODS, Experiment
 from perfbisect.targets.gitrepo import GitRepo
-
-LAUNCH_AXIS = "launch"
-PATCHES_AXIS = "patches"
-NCCL_AXIS = "nccl"
-DRIVER_AXIS = "driver"
 
 
 def _patch_value(given: str, experiment: Experiment, text: str, which: str) -> str:

@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from perfbisect import __version__
-from perfbisect.config import COMMIT_AXIS, Configuration
+from perfbisect.config import (
+    COMMIT_AXIS,
+    DRIVER_AXIS,
+    LAUNCH_AXIS,
+    NCCL_AXIS,
+    PATCHES_AXIS,
+    Configuration,
+)
 from perfbisect.errors import StepFailed
 from perfbisect.experiment import Experiment
 from perfbisect.hosts.base import Host, HostProcess
@@ -92,7 +99,7 @@ class CommandTarget:
     def _host_for(self, config: Configuration) -> Host:
         """The host of this configuration: the driver axis may map its version to one."""
         driver = self.experiment.driver
-        version = config.get("driver")
+        version = config.get(DRIVER_AXIS)
         if driver is None or version is None or version not in driver.hosts:
             return self._default_host
         address = driver.hosts[version]
@@ -129,7 +136,7 @@ class CommandTarget:
             return self.experiment.directory
         if sha is None:
             sha = self.repo.resolve("HEAD")
-        tokens = [t for t in (config.get("patches") or "").split("+") if t]
+        tokens = [t for t in (config.get(PATCHES_AXIS) or "").split("+") if t]
         if not tokens:
             return self.repo.worktree(sha, self.worktree_root)
         by_token = {p.token: p for p in self.experiment.patches}
@@ -154,7 +161,7 @@ class CommandTarget:
         return self.host.free_port()
 
     def _method(self, config: Configuration) -> str:
-        return config.get("launch") or self.experiment.launch.method
+        return config.get(LAUNCH_AXIS) or self.experiment.launch.method
 
     def describe(self, config: Configuration) -> dict[str, Any]:
         """The commands one launch of ``config`` would run (for the log and --dry-run)."""
@@ -249,7 +256,7 @@ class CommandTarget:
 
     def _nccl_library(self, config: Configuration) -> str | None:
         """The configuration's NCCL library on the host, materialised on first use."""
-        version = config.get("nccl")
+        version = config.get(NCCL_AXIS)
         if not version:
             return None
         cuda = self._cuda_major()
@@ -337,12 +344,12 @@ class CommandTarget:
         logs.mkdir(parents=True, exist_ok=True)
         self.host = self._host_for(config)
         notes: list[str] = []
-        if config.get("driver") and self.experiment.driver:
+        if config.get(DRIVER_AXIS) and self.experiment.driver:
             stage("driver")
             settings = self.experiment.driver
             notes.append(
                 ensure_driver(
-                    self.host, config.get("driver") or "", settings.switch, settings.wait_s
+                    self.host, config.get(DRIVER_AXIS) or "", settings.switch, settings.wait_s
                 )
             )
         stage("checkout")
