@@ -272,7 +272,9 @@ class SglangTarget(CommandTarget):
                 f"{self.opts.python or default_python(self.host)} -m venv --system-site-packages "
                 f"--without-pip {envs_root(self.host)}/{plan.digest}   # once per pinned set, "
                 "layered on that interpreter's own environment",
-                f"{pretend}{python} -m pip install -e {worktree}/{plan.target}",
+                f"{pretend}{python} -m pip install "
+                + "".join(f"{shlex.quote(str(a))} " for a in self.opts.pip_args)
+                + f"-e {worktree}/{plan.target}",
                 f"install {BOOT.name} + .pth into the environment's site-packages",
             ]
         commands = self._commands(python, version, values)
