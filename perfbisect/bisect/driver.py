@@ -41,6 +41,7 @@ from perfbisect.store.history import (
     session_launches,
     session_steps,
 )
+from perfbisect.store.models import utcnow
 from perfbisect.targets.base import Target
 
 
@@ -130,7 +131,10 @@ def _measure(
 ) -> LaunchResult:
     config = request.config
     log_dir = _log_dir(log_root, seq, config)
-    base = replace(_record(session_id, seq, request, experiment), log_path=str(log_dir))
+    # When the launch began (the record is written when it ends): launches of one round overlap.
+    base = replace(
+        _record(session_id, seq, request, experiment), log_path=str(log_dir), started_at=utcnow()
+    )
     try:
         m = target.launch(config, str(log_dir), on_stage)
     except StepFailed as failure:
