@@ -20,6 +20,7 @@ from perfbisect.bisect.stats import (
     core_launches,
     difference,
     estimate,
+    launch_times,
     median,
     own_rel_sd,
     pooled_rel_sd,
@@ -282,8 +283,10 @@ class EngineState:
         although some are 1.4x the best one (a burst, or a flaky configuration)."""
         if len(values) < 3:
             return False
+        times = launch_times(values, self.policy.higher_is_better)
+        if times is None:
+            return False
         core = self._core(values)
-        times = [1 / v if self.policy.higher_is_better else v for v in values if v > 0]
         return len(core) == len(values) and max(times) >= OUTLIER_RATIO * min(times)
 
     def _pair_ratios(self, lo: int, hi: int, since: tuple[int, int]) -> list[float]:

@@ -66,34 +66,36 @@ class Levels(EngineState):
         lo, hi = self.launches[seg.lo], self.launches[seg.hi]
         return self._clearly_worse(lo, values) and self._clearly_worse(values, hi)
 
+    def _plateau_peers(self, position: int, seg: _Segment) -> list[int]:
+        """The other measured points of the segment on ``position``'s level (clearly apart
+        from it neither way); none when its own launches disagree (bimodal: it has no one
+        level to share)."""
+        own = self.launches[position]
+        if own_rel_sd(own) > 2.5 * self.rel_sd():
+            return []
+        return [
+            other
+            for other, values in self.launches.items()
+            if other != position
+            and other in seg.index
+            and not self._clearly_worse(own, values)
+            and not self._clearly_worse(values, own)
+        ]
+
     def _plateau(self, position: int, seg: _Segment) -> list[float]:
         """The launches of ``position`` and of every other point of the segment that sits on
-        the same intermediate level (clearly apart from neither), for a side decision."""
-        own = self.launches[position]
-        pooled = list(own)
-        if own_rel_sd(own) > 2.5 * self.rel_sd():
-            return pooled  # its launches disagree (bimodal): it has no one level to share
-
-        sides: set[Verdict] = set()
-        for other, values in self.launches.items():
-            if other == position or other not in seg.index:
-                continue
-            if self._clearly_worse(own, values) or self._clearly_worse(values, own):
-                continue
-            pooled.extend(values)
-            verdict = seg.verdicts.get(other)
-            if verdict in (Verdict.GOOD, Verdict.BAD):
-                sides.add(verdict)
+        the same intermediate level, for a side decision."""
+        peers = self._plateau_peers(position, seg)
+        sides = {seg.verdicts.get(p) for p in peers} & {Verdict.GOOD, Verdict.BAD}
         if len(sides) == 2:
             # Alike both points judged good and points judged bad: its launches are too few
             # to tell which plateau it is on, and the pool would mix the two.
-            return list(own)
-        return pooled
+            return list(self.launches[position])
+        return [*self.launches[position], *(v for p in peers for v in self.launches[p])]
 
     def _plateau_mates(self, seg: _Segment, i_lo: int, i_hi: int) -> list[int]:
         """Crossing first: for the first UNCLEAR point inside the bracket, up to two other
-        points of its plateau (measured, not clearly apart from it, nearest first) that have
-        launches left."""
+        points of its plateau (nearest first) that have launches left."""
         if self.policy.all_steps:
             return []
         stuck = [
@@ -106,20 +108,13 @@ class Levels(EngineState):
         if not stuck:
             return []
         u = stuck[0]
-        own = self.launches[u]
-        if own_rel_sd(own) > 2.5 * self.rel_sd():
-            return []  # bimodal: no one level to share
         candidates = [
             p
-            for p, values in self.launches.items()
-            if p != u
-            and p in seg.index
-            and p not in (seg.lo, seg.hi)
+            for p in self._plateau_peers(u, seg)
+            if p not in (seg.lo, seg.hi)
             and p not in self.gave_up
             and p not in self.skip_reason
-            and len(values) < self.policy.max_launches
-            and not self._clearly_worse(own, values)
-            and not self._clearly_worse(values, own)
+            and len(self.launches[p]) < self.policy.max_launches
         ]
         candidates.sort(key=lambda p: abs(seg.index[p] - seg.index[u]))
         return candidates[:2]

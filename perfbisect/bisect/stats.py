@@ -141,6 +141,15 @@ CORE_TOLERANCE = 0.15  # a launch this much slower than the best ones is not the
 OUTLIER_RATIO = 1.4  # a launch this many times slower than the best one is an outlier launch
 
 
+def launch_times(values: Sequence[float], higher_is_better: bool = False) -> list[float] | None:
+    """The launches in "time" terms, where a slow launch is the larger number (for a
+    higher-is-better metric like tokens/s a slow launch is a low value); None when a value is
+    not positive (no ratio between launches means anything then)."""
+    if any(v <= 0 for v in values):
+        return None
+    return [1 / v if higher_is_better else v for v in values]
+
+
 def core_launches(
     values: Sequence[float], rel_sd: float, higher_is_better: bool = False
 ) -> list[float]:
@@ -152,9 +161,8 @@ def core_launches(
     and stay UNCLEAR."""
     if len(values) < 2:
         return list(values)
-    # In "time" terms: for a higher-is-better metric (tokens/s) a slow launch is a low value.
-    times = [1 / v if higher_is_better else v for v in values if v > 0]
-    if len(times) != len(values):
+    times = launch_times(values, higher_is_better)
+    if times is None:
         return list(values)
     best = min(times)
     kept = [v for v, t in zip(values, times, strict=True) if t < best * OUTLIER_RATIO]
