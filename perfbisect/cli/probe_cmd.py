@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
 from perfbisect.cli.context import ctx_store, emit_json
-
-if TYPE_CHECKING:
-    pass
 
 app = typer.Typer(
     rich_markup_mode=None,  # help texts hold [env], ssh://[user@]host: not markup

@@ -24,10 +24,11 @@ def open_host(address: str | None, **ssh_options: object) -> Host:
     raise UsageError(f"host {address!r}: expected 'local' or ssh://[user@]host[:port]")
 
 
-def open_experiment_host(experiment: Experiment) -> Host:
+def open_experiment_host(experiment: Experiment, address: str | None = None) -> Host:
+    """The experiment's ``[host]`` (or ``address``, reached with that table's ssh options)."""
     settings = experiment.host
     return open_host(
-        settings.address,
+        address or settings.address,
         ssh_config=settings.ssh_config,
         known_hosts=settings.known_hosts,
         accept_new_host_key=settings.accept_new_host_key,

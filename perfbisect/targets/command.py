@@ -32,7 +32,7 @@ from perfbisect.config import (
 from perfbisect.errors import StepFailed
 from perfbisect.experiment import Experiment
 from perfbisect.hosts.base import Host, HostProcess
-from perfbisect.hosts.registry import open_experiment_host, open_host
+from perfbisect.hosts.registry import open_experiment_host
 from perfbisect.launch.base import PRESERVED_ENV, LaunchSpec, launch_options
 from perfbisect.launch.registry import make_launcher
 from perfbisect.probes.hardware import gpu_memory_used, hardware_snapshot
@@ -104,14 +104,7 @@ class CommandTarget:
             return self._default_host
         address = driver.hosts[version]
         if address not in self._hosts:
-            settings = self.experiment.host
-            self._hosts[address] = open_host(
-                address,
-                ssh_config=settings.ssh_config,
-                known_hosts=settings.known_hosts,
-                accept_new_host_key=settings.accept_new_host_key,
-                retry_s=settings.retry_s,
-            )
+            self._hosts[address] = open_experiment_host(self.experiment, address)
         return self._hosts[address]
 
     # ---- environment and placeholders -------------------------------------------------------

@@ -74,6 +74,11 @@ class SglangTarget(CommandTarget):
                 version = checkout_version(f'version = "{tag.output.strip().lstrip("v")}"', None)
         return version
 
+    def _base_python(self) -> str:
+        """The interpreter the environments are layered on (or that imports an installed
+        SGLang): ``python`` in the experiment, else the host's default."""
+        return self.opts.python or default_python(self.host)
+
     def _server_args(self, values: Mapping[str, str]) -> list[str]:
         """``extra_args`` plus the ``axis_args`` of this configuration's axis values."""
         args = [str(a) for a in self.opts.extra_args]
@@ -176,7 +181,7 @@ class SglangTarget(CommandTarget):
             built = build(
                 self.host,
                 worktree,
-                self.opts.python or default_python(self.host),
+                self._base_python(),
                 envs_root(self.host),
                 float(self.options["timeout_s"]),
                 tuple(str(a) for a in self.opts.pip_args),
@@ -207,7 +212,7 @@ class SglangTarget(CommandTarget):
 
     def _probe_installed(self) -> tuple[str, Version | None, str, str]:
         """The interpreter, the SGLang version it imports, where from, and its site-packages."""
-        python = self.opts.python or default_python(self.host)
+        python = self._base_python()
         probe = self.host.run([python, "-c", _INSTALLED_PROBE], timeout_s=300)
         if not probe.ok:
             raise StepFailed(
@@ -269,7 +274,7 @@ class SglangTarget(CommandTarget):
                 "SETUPTOOLS_SCM_PRETEND_VERSION=0.0.0+perfbisect " if plan.version_from_git else ""
             )
             steps = [
-                f"{self.opts.python or default_python(self.host)} -m venv --system-site-packages "
+                f"{self._base_python()} -m venv --system-site-packages "
                 f"--without-pip {envs_root(self.host)}/{plan.digest}   # once per pinned set, "
                 "layered on that interpreter's own environment",
                 f"{pretend}{python} -m pip install "
