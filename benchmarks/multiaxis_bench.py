@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from perfbisect.bisect.axis_sets import AxisPlan, join_set, split_set
 from perfbisect.bisect.engine import LaunchResult, Policy, Status
-from perfbisect.bisect.multiaxis import AxisPlan, MultiAxisEngine, join_set, split_set
+from perfbisect.bisect.multiaxis import MultiAxisEngine
 from perfbisect.config import Configuration
 
 GOOD_MS, BAD_MS = 18.0, 29.0
@@ -39,6 +40,7 @@ class Scenario:
     plans: list[AxisPlan]
     level: Callable[[dict[str, str]], float]
     truth: dict[str, str]  # culprit axis -> first bad value (patches: the minimal set)
+    all_steps: bool = False  # --all-steps: every regression, not only the crossing one
 
 
 def scenarios(rng: random.Random) -> list[Scenario]:
@@ -121,6 +123,22 @@ def scenarios(rng: random.Random) -> list[Scenario]:
             {"commit": COMMITS[at2], "launch": "ssh"},
         )
     )
+    big, small = rng.sample(PATCHES, 2)
+    out.append(
+        Scenario(
+            "two regressions in one patch stack, one hiding the other (--all-steps)",
+            {"patches": ""},
+            {"patches": join_set(PATCHES, PATCHES)},
+            [AxisPlan("patches", "set", ("", join_set(PATCHES, PATCHES)), PATCHES)],
+            lambda c, b=big, s=small: (
+                BAD_MS
+                if b in split_set(c["patches"])
+                else GOOD_MS * (1.3 if s in split_set(c["patches"]) else 1.0)
+            ),
+            {"patches": ",".join(sorted((big, small), key=PATCHES.index))},
+            all_steps=True,
+        )
+    )
     return out
 
 
@@ -134,9 +152,13 @@ def launch(
     return (cycles[19] + cycles[20]) / 2
 
 
+def _order(value: str) -> int:
+    return PATCHES.index(value) if value in PATCHES else -1
+
+
 def run(s: Scenario, rng: random.Random) -> tuple[bool, int, int, int]:
     good, bad = Configuration.of(s.good), Configuration.of(s.bad)
-    engine = MultiAxisEngine(good, bad, s.plans, Policy())
+    engine = MultiAxisEngine(good, bad, s.plans, Policy(all_steps=s.all_steps))
     while batch := engine.next_batch():
         engine.feed([LaunchResult(launch(s.level(r.config.as_dict()), rng)) for r in batch])
     outcome = engine.outcome
@@ -144,14 +166,15 @@ def run(s: Scenario, rng: random.Random) -> tuple[bool, int, int, int]:
     attribution_evals = len({row.position for row in engine.attribution}) + 2
     if outcome.status is not Status.FOUND:
         return False, len(engine.verdicts), outcome.launches, attribution_evals
-    named: dict[str, str] = {}
+    found: dict[str, list[str]] = {}
     for step in outcome.steps:
         axis = step.last_good.config.differing_axes(step.first_bad.config)[0]
         value = step.first_bad.config.get(axis) or ""
         if s.plans and any(p.name == axis and p.kind == "set" for p in s.plans):
             members = split_set(value)
             value = "+".join(members) if len(members) > 1 else (members[-1] if members else "")
-        named[axis] = value
+        found.setdefault(axis, []).append(value)
+    named = {axis: ",".join(sorted(v, key=_order)) for axis, v in found.items()}
     return named == s.truth, len(engine.verdicts), outcome.launches, attribution_evals
 
 

@@ -83,7 +83,15 @@ def test_a_circle_would_be_found() -> None:
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
-ENGINE_LAYERS = ("engine_state", "levels", "verification", "endpoints", "engine", "multiaxis")
+ENGINE_LAYERS = (
+    "axis_sets",
+    "engine_state",
+    "levels",
+    "verification",
+    "endpoints",
+    "engine",
+    "multiaxis",
+)
 
 
 def test_the_engine_layers_import_only_downwards() -> None:

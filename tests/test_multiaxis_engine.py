@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 
-from perfbisect.bisect.engine import LaunchResult, Status
-from perfbisect.bisect.multiaxis import AxisPlan, MultiAxisEngine, ddmin, join_set, split_set
+from perfbisect.bisect.axis_sets import AxisPlan, ddmin, join_set, split_set
+from perfbisect.bisect.engine import LaunchResult, Policy, Status
+from perfbisect.bisect.multiaxis import MultiAxisEngine
 from perfbisect.config import Configuration
 
 COMMITS = tuple(f"{i:040x}" for i in range(33))
@@ -18,8 +19,9 @@ def run(
     plans: list[AxisPlan],
     level: Callable[[dict[str, str]], float],
     outlier: Callable[[dict[str, str], int], bool] = lambda config, k: False,
+    policy: Policy | None = None,
 ) -> MultiAxisEngine:
-    engine = MultiAxisEngine(Configuration.of(good), Configuration.of(bad), plans)
+    engine = MultiAxisEngine(Configuration.of(good), Configuration.of(bad), plans, policy)
     count: dict[str, int] = {}
     for _ in range(2000):
         batch = engine.next_batch()
@@ -139,3 +141,56 @@ def test_outlier_launches_do_not_steer_attribution_or_ddmin() -> None:
     assert engine.culprit_sets == [("patches",)]
     assert outcome.culprit is not None
     assert split_set(outcome.culprit.first_bad.config.get("patches") or "")[-1] == culprit
+
+
+def _stacked_patches(config: dict[str, str]) -> float:
+    """The H200 run's shape (docs/examples/sglang_gpu/): p3 makes verify eager (0.52 -> 4.4 ms),
+    p5 slows the graph replay by 30%, which p3 hides (an eager verify replays no graph)."""
+    members = set(split_set(config["patches"]))
+    if PATCHES[3] in members:
+        return 4.4
+    return 0.52 * (1.3 if PATCHES[5] in members else 1.0)
+
+
+def test_two_regressions_in_one_patch_stack_are_both_named_with_all_steps() -> None:
+    every = join_set(PATCHES, PATCHES)
+    plans = [AxisPlan("patches", "set", ("", every), PATCHES)]
+    engine = run(
+        {"patches": ""}, {"patches": every}, plans, _stacked_patches, policy=Policy(all_steps=True)
+    )
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.FOUND, outcome
+    named = [split_set(s.first_bad.config.get("patches") or "") for s in outcome.steps]
+    assert named == [[PATCHES[3]], [PATCHES[5]]]
+    assert all(s.verified for s in outcome.steps)
+    small = outcome.steps[1]
+    assert 0.10 < small.effect.delta < 0.20  # 0.52 * 0.3, against its own level, not 4.4 ms
+    assert "2 steps" in outcome.message
+    # The patches left after both ({p0..p7} minus p3, p5) were measured at the good level.
+    rest = [p for p in PATCHES if p not in (PATCHES[3], PATCHES[5])]
+    position = engine._positions[Configuration.of({"patches": join_set(rest, PATCHES)}).fingerprint]
+    assert engine.launches[position] and max(engine.launches[position]) < 0.52 * 1.05
+    # One launch of a subset with p3 (8x the good level) decides it: no outlier reaches that far.
+    with_p3 = [
+        p for p, c in enumerate(engine.path) if PATCHES[3] in split_set(c.get("patches") or "")
+    ]
+    assert min(len(engine.launches[p]) for p in with_p3 if p in engine.launches) == 1
+
+
+def test_without_all_steps_the_crossing_patch_alone_is_searched() -> None:
+    every = join_set(PATCHES, PATCHES)
+    plans = [AxisPlan("patches", "set", ("", every), PATCHES)]
+    crossing = run({"patches": ""}, {"patches": every}, plans, _stacked_patches)
+    mapped = run(
+        {"patches": ""}, {"patches": every}, plans, _stacked_patches, policy=Policy(all_steps=True)
+    )
+    assert crossing.outcome is not None and mapped.outcome is not None
+    assert [split_set(s.first_bad.config.get("patches") or "") for s in crossing.outcome.steps] == [
+        [PATCHES[3]]
+    ]
+    assert crossing.outcome.launches < mapped.outcome.launches
+    # Its report names the bad endpoint's launches for the threshold, not the last measured
+    # configuration's (the multi-axis path grows past both endpoints).
+    assert crossing.bad_end == 1
+    interval = crossing.threshold_interval()
+    assert interval is not None and interval[0] > 0.52 * 1.5

@@ -26,7 +26,7 @@ class Endpoints(Verification):
     """The endpoint phase: launches of the good and bad configuration, the threshold."""
 
     def _endpoints(self) -> Generator[_Batch, list[LaunchResult], bool]:
-        good, bad = 0, len(self.path) - 1
+        good, bad = 0, self.bad_end
         # Interleave B, G, B, ... so that slow drift of the machine hits both alike. The bad
         # endpoint gets the extra launch by default: outlier launches are slow, and a slow
         # outlier at the bad endpoint would push the threshold up unnoticed, while one at the

@@ -256,9 +256,15 @@ class EngineState:
         sign = -1.0 if self.policy.higher_is_better else 1.0
         return sign * a < sign * threshold <= sign * b
 
+    @property
+    def bad_end(self) -> int:
+        """The bad endpoint's position: the path's last. (A multi-axis search appends the
+        configurations it measures after both endpoints.)"""
+        return len(self.path) - 1
+
     def threshold_interval(self) -> tuple[float, float] | None:
         """Where the derived threshold could lie, given the endpoints' intervals."""
-        g, b = self.launches.get(0), self.launches.get(len(self.path) - 1)
+        g, b = self.launches.get(0), self.launches.get(self.bad_end)
         if not g or not b:
             return None
         eg, eb = self._estimate(g), self._estimate(b)
@@ -267,7 +273,7 @@ class EngineState:
 
     def _threshold_tight(self) -> bool:
         interval = self.threshold_interval()
-        g, b = self.launches[0], self.launches[len(self.path) - 1]
+        g, b = self.launches[0], self.launches[self.bad_end]
         gap = abs(self._estimate(b).median - self._estimate(g).median)
         return interval is not None and interval[1] - interval[0] <= THRESHOLD_TIGHTNESS * gap
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
+from perfbisect.bisect.axis_sets import AxisPlan, ddmin, join_set, split_set
 from perfbisect.bisect.engine import (
     Culprit,
     Engine,
@@ -31,50 +32,12 @@ from perfbisect.bisect.engine import (
 from perfbisect.bisect.stats import OUTLIER_RATIO, Verdict, median
 from perfbisect.config import Configuration
 
-SET_SEPARATOR = "+"
 DDMIN_ATTEMPTS = 2  # a ddmin run whose result does not hold up is run once more
 ANCHOR_LAUNCHES = 3  # launches of a level that a later threshold or comparison is derived from
-
-
-@dataclass(frozen=True)
-class AxisPlan:
-    """How one differing axis is walked from its good to its bad value.
-
-    ``path`` axes list every value from good to bad inclusive (two values for a categorical
-    axis). ``set`` axes (patches) hold a ``+``-joined subset: ``items`` are the members that the
-    bad value adds to the good one, searched by ddmin."""
-
-    name: str
-    kind: str  # "path" | "set"
-    values: tuple[str, ...] = ()
-    items: tuple[str, ...] = ()
-
-    def as_json(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "kind": self.kind,
-            "values": list(self.values),
-            "items": list(self.items),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, object]) -> AxisPlan:
-        return cls(
-            str(data["name"]),
-            str(data["kind"]),
-            tuple(str(v) for v in data.get("values", [])),  # type: ignore[attr-defined]
-            tuple(str(v) for v in data.get("items", [])),  # type: ignore[attr-defined]
-        )
-
-
-def join_set(members: Sequence[str], order: Sequence[str]) -> str:
-    """A set axis value: members in the experiment's order (patches apply in list order)."""
-    wanted = set(members)
-    return SET_SEPARATOR.join(m for m in order if m in wanted)
-
-
-def split_set(value: str) -> list[str]:
-    return [m for m in value.split(SET_SEPARATOR) if m]
+# Slow outlier launches and bursts of a shared machine reach 1.3-2x a configuration's level; a
+# launch this many times slower than the better end's level is no outlier of it: one such launch
+# decides a subset (verify made eager: 8x) without a second one.
+BEYOND_OUTLIERS = 3.0
 
 
 @dataclass(frozen=True)
@@ -86,33 +49,6 @@ class AttributionRow:
 
 
 _Gen = Generator[_Batch, list[LaunchResult], Verdict]
-
-
-def ddmin(items: Sequence[str], fails: Callable[[list[str]], _GenBool]) -> _GenList:
-    """Zeller's delta debugging: a 1-minimal subset of ``items`` for which ``fails`` holds
-    (``items`` itself is known to fail). ``fails`` is a generator (it measures)."""
-    current = list(items)
-    n = 2
-    while len(current) >= 2:
-        size = len(current)
-        chunks = [current[i * size // n : (i + 1) * size // n] for i in range(n)]
-        chunks = [c for c in chunks if c]
-        reduced = False
-        for chunk in chunks:
-            if (yield from fails(chunk)):
-                current, n, reduced = chunk, 2, True
-                break
-        if not reduced and n > 2:
-            for chunk in chunks:
-                complement = [x for x in current if x not in chunk]
-                if (yield from fails(complement)):
-                    current, n, reduced = complement, max(n - 1, 2), True
-                    break
-        if not reduced:
-            if n >= len(current):
-                break
-            n = min(len(current), 2 * n)
-    return current
 
 
 _GenBool = Generator[_Batch, list[LaunchResult], bool]
@@ -137,6 +73,10 @@ class MultiAxisEngine(Engine):
 
     # ---- configurations ---------------------------------------------------------------------
 
+    @property
+    def bad_end(self) -> int:
+        return 1  # the path grows past both endpoints with every configuration measured
+
     def _position(self, config: Configuration) -> int:
         known = self._positions.get(config.fingerprint)
         if known is not None:
@@ -152,32 +92,51 @@ class MultiAxisEngine(Engine):
             values[axis] = override.get(axis, value or "")
         return Configuration.of(values, self.good.context)
 
-    def _judge(self, config: Configuration) -> _Gen:
-        assert self._top is not None
+    def _judge(self, config: Configuration, seg: _Segment | None = None) -> _Gen:
+        seg = seg or self._top
+        assert seg is not None
         position = self._position(config)
-        if position not in self._top.verdicts:
-            yield from self._evaluate(self._top, position)
-        return self._top.verdicts[position]
+        if position not in seg.verdicts:
+            yield from self._evaluate(seg, position)
+        return seg.verdicts[position]
 
-    def _fails(self, bad_axes: Sequence[str], **override: str) -> _GenBool:
-        """Does this configuration regress? Every answer steers what is measured next (an axis
-        searched for nothing, a ddmin step down the wrong half), and one slow outlier launch
-        can make a good configuration look bad: a BAD verdict on one launch is re-measured,
-        and launches continue while they disagree (up to the policy's maximum)."""
-        config = self._config(bad_axes, **override)
-        verdict = yield from self._judge(config)
+    def _fails(
+        self,
+        bad_axes: Sequence[str],
+        override: dict[str, str] | None = None,
+        seg: _Segment | None = None,
+    ) -> _GenBool:
+        """Does this configuration regress (against ``seg``'s threshold, the session's by
+        default)? Every answer steers what is measured next (an axis searched for nothing, a
+        ddmin step down the wrong half), and one slow outlier launch can make a good
+        configuration look bad: a BAD verdict on one launch is re-measured, and launches
+        continue while they disagree (up to the policy's maximum)."""
+        seg = seg or self._top
+        assert seg is not None
+        config = self._config(bad_axes, **(override or {}))
+        verdict = yield from self._judge(config, seg)
         worse = (Verdict.BAD, Verdict.INTERMEDIATE)
         position = self._position(config)
-        if verdict in worse and len(self.launches.get(position, [])) == 1:
-            assert self._top is not None
+        values = self.launches.get(position, [])
+        if verdict in worse and len(values) == 1 and not self._beyond_outliers(values, seg):
             yield self._request([position], Purpose.VERIFY)
-            decided = self._decide(position, self._top)
+            decided = self._decide(position, seg)
             while decided is None and len(self.launches[position]) < self.policy.max_launches:
                 yield self._request([position], Purpose.VERIFY)
-                decided = self._decide(position, self._top)
+                decided = self._decide(position, seg)
             verdict = decided or Verdict.UNCLEAR
-            self._set_verdict(position, verdict, self._top)
+            self._set_verdict(position, verdict, seg)
         return verdict in worse
+
+    def _beyond_outliers(self, values: Sequence[float], seg: _Segment) -> bool:
+        """Every launch in ``values`` is worse than any outlier of ``seg``'s better end."""
+        better = self.launches.get(seg.lo)
+        if not better or not values:
+            return False
+        level = self._level_of(better)
+        if self.policy.higher_is_better:
+            return max(values) * BEYOND_OUTLIERS < level
+        return min(values) > level * BEYOND_OUTLIERS
 
     def _record(self, axes: Sequence[str], config: Configuration) -> None:
         position = self._position(config)
@@ -230,7 +189,16 @@ class MultiAxisEngine(Engine):
         )
         if len(self.culprit_sets) > 1:
             message = f"{len(self.culprit_sets)} independent regressions: {names}"
-        self._finish(Status.FOUND, message, culprits[0], tuple(unresolved), tuple(culprits))
+        if len(culprits) > sum(len(s) for s in self.culprit_sets):
+            message += f" ({len(culprits)} steps)"
+        self._finish(
+            Status.FOUND,
+            message,
+            culprits[0],
+            tuple(unresolved),
+            tuple(culprits),
+            tuple(self.seen_gaps),
+        )
 
     def _attribute(
         self, differing: list[str]
@@ -290,6 +258,135 @@ class MultiAxisEngine(Engine):
         core = self._core(values)
         return max(core) < min(core) * OUTLIER_RATIO
 
+    def _set_steps(
+        self, axis: str, held: list[str]
+    ) -> Generator[_Batch, list[LaunchResult], tuple[list[tuple[int, int]], list[Culprit]]]:
+        """The failure-inducing subsets of a set axis (patches), one after another. ddmin finds
+        a 1-minimal subset that crosses the threshold. A stack can hold a second, smaller
+        regression that the first hides or outweighs (one patch makes verify eager, another
+        syncs inside the CUDA-graph replay): with ``--all-steps`` the members left over are
+        applied without the subset found, and while they still sit clearly above the base
+        level, ddmin searches them against the threshold between those two levels. Without it,
+        a measured subset that shows such a level is reported as seen, not searched."""
+        plan = self.plans[axis]
+        base = split_set(self.good.get(axis) or "")
+        members = split_set(self.bad.get(axis) or "")
+
+        def value(subset: Sequence[str]) -> str:
+            return join_set([*base, *subset], members)
+
+        def at(subset: Sequence[str]) -> int:
+            return self._position(self._config(held, **{axis: value(subset)}))
+
+        assert self._top is not None
+        seg, remaining, base_position = self._top, list(plan.items), at([])
+        culprits: list[Culprit] = []
+        while True:
+            found = yield from self._ddmin_step(axis, held, remaining, seg, value)
+            if isinstance(found, tuple):
+                return [found], culprits  # an end that could not be measured
+            culprits.append(found)
+            minimal = [
+                m for m in split_set(found.first_bad.config.get(axis) or "") if m in remaining
+            ]
+            remaining = [m for m in remaining if m not in minimal]
+            if not remaining:
+                break
+            if not self.policy.all_steps:
+                self.seen_gaps.extend(self._seen_subsets(axis, base_position, minimal))
+                break
+            rest = at(remaining)
+            if rest not in self.launches:
+                yield self._request([rest], Purpose.VERIFY)
+            # Launches are slowed, never sped up, by the machine: one at the base level shows
+            # that nothing is left to find; a level for a threshold needs more.
+            if rest not in self.launches:
+                break
+            if not self._looks_worse(self.launches.get(base_position, []), self.launches[rest]):
+                self._set_verdict(rest, self._decide(rest, seg) or Verdict.UNCLEAR, seg)
+                break
+            if not (yield from self._anchor([base_position, rest])):
+                break
+            if not (yield from self._level_gap(base_position, rest, True)):
+                break  # what is left sits at the base level: no further regression in it
+            threshold = midpoint(self._level(base_position), self._level(rest))
+            seg = _Segment([base_position, rest], threshold)
+        return [], culprits
+
+    def _ddmin_step(
+        self,
+        axis: str,
+        held: list[str],
+        items: list[str],
+        seg: _Segment,
+        value: Callable[[Sequence[str]], str],
+    ) -> Generator[_Batch, list[LaunchResult], Culprit | tuple[int, int]]:
+        """The culprit pair of one minimal failure-inducing subset of ``items`` against
+        ``seg``'s threshold (the subset without its last member against it), or the pair
+        when one of them could not be measured."""
+
+        def at(subset: Sequence[str]) -> int:
+            return self._position(self._config(held, **{axis: value(subset)}))
+
+        def fails(subset: list[str]) -> _GenBool:
+            return (yield from self._fails(held, {axis: value(subset)}, seg))
+
+        minimal = list(items)
+        for _ in range(DDMIN_ATTEMPTS):
+            minimal = yield from ddmin(items, fails)
+            # Every ddmin step trusted a verdict; the result is trusted only once its own
+            # launches agree on one level. Two slow outlier launches can make a good subset
+            # "fail"; then its corrected verdict steers a second ddmin run elsewhere.
+            position = at(minimal)
+            if not self._beyond_outliers(self.launches.get(position, []), seg):
+                yield from self._anchor([position])
+            verdict = self._decide(position, seg) or Verdict.UNCLEAR
+            self._set_verdict(position, verdict, seg)
+            if verdict in (Verdict.BAD, Verdict.INTERMEDIATE):
+                break
+        lo, hi = at(minimal[:-1]), at(minimal)
+        yield from self._judge(self.path[lo], seg)
+        yield from self._judge(self.path[hi], seg)
+        # Like the end of a binary search: the culprit against its predecessor, re-measured.
+        pair = _Segment([lo, hi], seg.threshold)
+        flipped = yield from self._verify(pair, lo, hi)
+        if lo not in self.launches or hi not in self.launches:
+            return lo, hi
+        effect = self._worse_by(self.launches[lo], self.launches[hi])
+        verified, note = self._verification(lo, hi)
+        if flipped is not None:
+            verified, note = False, "re-measuring contradicted the ddmin result's verdict"
+        return Culprit(self.point(lo), self.point(hi), effect, verified, note)
+
+    def _seen_subsets(
+        self, axis: str, base_position: int, minimal: Sequence[str]
+    ) -> list[tuple[int, int]]:
+        """Measured subsets without any member of ``minimal`` whose launches already show a
+        level clearly above the base one (two launches a side, the whole interval beyond the
+        minimum effect): a further regression among the other members."""
+        start = self.launches.get(base_position, [])
+        if len(start) < 2:
+            return []
+        found = []
+        for position, config in enumerate(self.path):
+            values = self.launches.get(position, [])
+            if position == base_position or len(values) < 2:
+                continue
+            if config.differing_axes(self.path[base_position]) != [axis]:
+                continue
+            if set(split_set(config.get(axis) or "")) & set(minimal):
+                continue
+            if self._clearly_worse(start, values, strict=True):
+                found.append((base_position, position))
+        return found[-1:]  # one level change is one finding, however many subsets show it
+
+    def creep(
+        self, steps: Sequence[Culprit], seen: Sequence[tuple[int, int]]
+    ) -> list[tuple[int, int]]:
+        """Positions here are configurations in the order they were first measured, not a
+        path: only level gaps searched along a path axis without one step are creep."""
+        return list(self.creep_gaps)
+
     def _inner(
         self, axis: str, held: list[str]
     ) -> Generator[
@@ -302,41 +399,7 @@ class MultiAxisEngine(Engine):
         plan = self.plans[axis]
         assert self.threshold is not None
         if plan.kind == "set":
-            base = split_set(self.good.get(axis) or "")
-            members = split_set(self.bad.get(axis) or "")
-
-            def fails(subset: list[str]) -> _GenBool:
-                value = join_set([*base, *subset], members)
-                return (yield from self._fails(held, **{axis: value}))
-
-            for _ in range(DDMIN_ATTEMPTS):
-                minimal = yield from ddmin(list(plan.items), fails)
-                # Every ddmin step trusted a verdict; the result is trusted only once its own
-                # launches agree on one level. Two slow outlier launches can make a good subset
-                # "fail"; then its corrected verdict steers a second ddmin run elsewhere.
-                with_all = self._config(held, **{axis: join_set([*base, *minimal], members)})
-                position = self._position(with_all)
-                yield from self._anchor([position])
-                assert self._top is not None
-                verdict = self._decide(position, self._top) or Verdict.UNCLEAR
-                self._set_verdict(position, verdict, self._top)
-                if verdict in (Verdict.BAD, Verdict.INTERMEDIATE):
-                    break
-            without = self._config(held, **{axis: join_set([*base, *minimal[:-1]], members)})
-            yield from self._judge(without)
-            yield from self._judge(with_all)
-            lo, hi = self._position(without), self._position(with_all)
-            # Like the end of a binary search: the culprit against its predecessor, re-measured.
-            pair = _Segment([lo, hi], self.threshold)
-            flipped = yield from self._verify(pair, lo, hi)
-            if lo not in self.launches or hi not in self.launches:
-                return [(lo, hi)], []
-            effect = self._worse_by(self.launches[lo], self.launches[hi])
-            verified, note = self._verification(lo, hi)
-            if flipped is not None:
-                verified, note = False, "re-measuring contradicted the ddmin result's verdict"
-            culprit = Culprit(self.point(lo), self.point(hi), effect, verified, note)
-            return [], [culprit]
+            return (yield from self._set_steps(axis, held))
         order = [self._position(self._config(held, **{axis: v})) for v in plan.values]
         for end in (order[0], order[-1]):  # the ends anchor the levels: measured first
             yield from self._judge(self.path[end])

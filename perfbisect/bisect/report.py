@@ -156,7 +156,7 @@ def build_report(
         )
         for row in getattr(engine, "attribution", [])
     )
-    last = len(engine.path) - 1
+    last = engine.bad_end
     drift = tuple(
         d
         for d in (
@@ -177,13 +177,12 @@ def build_report(
         )
         for p in engine.evaluated_points()
     )
-    last_position = len(engine.path) - 1
     if engine.fixed_threshold:
         basis = "given (--threshold-ms)"
     else:
         basis = (
             f"the endpoints' geometric midpoint, from {len(engine.launches.get(0, []))} launch(es) "
-            f"of the good and {len(engine.launches.get(last_position, []))} of the bad endpoint"
+            f"of the good and {len(engine.launches.get(engine.bad_end, []))} of the bad endpoint"
         )
     return Report(
         session=session_id,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from perfbisect.bisect.axis_sets import AxisPlan
 from perfbisect.bisect.baseline import BaselineRuns, SpeedupRow
 from perfbisect.bisect.confirm import Confirmation, PairToConfirm
 from perfbisect.bisect.driver import (
@@ -35,7 +36,7 @@ from perfbisect.bisect.engine import (
     Purpose,
     Status,
 )
-from perfbisect.bisect.multiaxis import AxisPlan, MultiAxisEngine
+from perfbisect.bisect.multiaxis import MultiAxisEngine
 from perfbisect.bisect.report import build_report
 from perfbisect.bisect.report_model import Fidelity, FullModelCheck, Report
 from perfbisect.bisect.specs import resolve_endpoints

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfbisect.bisect.multiaxis import SET_SEPARATOR, AxisPlan, join_set, split_set
+from perfbisect.bisect.axis_sets import SET_SEPARATOR, AxisPlan, join_set, split_set
 from perfbisect.bisect.space import AxisValues, staircase_path
 from perfbisect.config import (
     COMMIT_AXIS,

@@ -17,9 +17,10 @@ holds the same ``sglang/`` sources, pure Python). OUT gets:
 
 The two harmful ones are the mechanisms the team suspected: ``04`` keeps target-verify out of
 CUDA graphs (``CudaGraphRunner.can_run`` says no for TARGET_VERIFY: every verify runs eagerly)
-and ``05`` adds a GPU-to-CPU synchronisation in the verify path (``replay_prepare`` reads the
-batch's longest sequence on the host, ``.item()``, before each verify replay; inside the
-forward that the verify timer times).
+and ``05`` adds a GPU-to-CPU synchronisation in the verify path (``CudaGraphRunner.replay``
+reads the batch's longest sequence on the host, ``.item()``, before each verify replay; inside
+the forward that the verify timer times). The run on the H200 had 05 in ``replay_prepare``,
+which the spec-v2 verify skips (see REPLAY_START below).
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+# Where the sync patches go: the start of CudaGraphRunner.replay. The spec-v2 EAGLE worker calls
+# the target verify with skip_attn_backend_init=True, so replay_prepare (where the first run put
+# them: out_real_source/patches_as_run/) never runs for a verify and the patches cost nothing.
+REPLAY_START = "        self.deepep_adapter.replay()\n\n        if not skip_attn_backend_init:\n"
 
 PATCHES: list[tuple[str, str, list[tuple[str, str]]]] = [
     (
@@ -62,20 +68,40 @@ PATCHES: list[tuple[str, str, list[tuple[str, str]]]] = [
         )],
     ),
     (
-        "05-verify-host-sync.patch",  # harmful: a GPU-to-CPU sync before each replay
+        "05-verify-host-sync.patch",  # harmful: a GPU-to-CPU sync before each verify replay
         "python/sglang/srt/model_executor/cuda_graph_runner.py",
         [(
-            "        buffers = self.buffers\n        self.recapture_if_needed(forward_batch)\n",
-            "        buffers = self.buffers\n        self.recapture_if_needed(forward_batch)\n"
+            REPLAY_START,
+            "        self.deepep_adapter.replay()\n"
             "        if forward_batch.forward_mode.is_target_verify():\n"
             "            # the longest sequence, read on the host: waits for the GPU\n"
-            "            self.last_verify_max_seq_len = int(forward_batch.seq_lens.max().item())\n",
+            "            self.last_verify_max_seq_len = int(forward_batch.seq_lens.max().item())\n"
+            "\n        if not skip_attn_backend_init:\n",
         )],
     ),
     (
         "06-docstring.patch",
         "python/sglang/srt/speculative/eagle_utils.py",
         [("class TreeMaskMode(IntEnum):\n", "class TreeMaskMode(IntEnum):\n    \"\"\"How the draft tree's attention mask is built.\"\"\"\n\n")],
+    ),
+]
+
+# Written after the stack run, where 05 changed nothing (+1.4%): the same bug class, heavier - a
+# check left in that walks a GPU tensor in Python, one GPU-to-CPU copy and wait per draft token
+# (16 per verify at batch 4). Its run changed nothing either, for the reason above; with both in
+# replay() neither has run yet.
+EXTRA_PATCHES: list[tuple[str, str, list[tuple[str, str]]]] = [
+    (
+        "05b-verify-host-loop.patch",
+        "python/sglang/srt/model_executor/cuda_graph_runner.py",
+        [(
+            REPLAY_START,
+            "        self.deepep_adapter.replay()\n"
+            "        if forward_batch.forward_mode.is_target_verify():\n"
+            "            # debugging the draft tree: no position may be negative\n"
+            "            assert all(int(p) >= 0 for p in forward_batch.positions)\n"
+            "\n        if not skip_attn_backend_init:\n",
+        )],
     ),
 ]
 
@@ -126,7 +152,7 @@ def main(wheel: Path, out: Path) -> int:
     git(repo, "tag", "v0.5.12")
     patches = out / "patches"
     patches.mkdir(exist_ok=True)
-    for name, path, edits in PATCHES:
+    for name, path, edits in PATCHES + EXTRA_PATCHES:
         file = repo / path
         text = file.read_text()
         for old, new in edits:
@@ -136,15 +162,17 @@ def main(wheel: Path, out: Path) -> int:
         file.write_text(text)
         (patches / name).write_text(git(repo, "diff"))
         git(repo, "checkout", "-q", "--", ".")
-    for name, _, _ in PATCHES:  # each alone on v0.5.12
+    for name, _, _ in PATCHES + EXTRA_PATCHES:  # each alone on v0.5.12
         git(repo, "apply", "--check", str(patches / name))
     stack = [str(patches / name) for name, _, _ in PATCHES]
     git(repo, "apply", "--check", *stack)  # and all six in order
     print(f"{repo}: v0.5.12 at {git(repo, 'rev-parse', 'HEAD').strip()[:12]}")
-    for name, _, _ in PATCHES:
+    stacked = {name for name, _, _ in PATCHES}
+    for name, _, _ in PATCHES + EXTRA_PATCHES:
         lines = (patches / name).read_text().splitlines()
         changed = sum(1 for x in lines if x[:1] in "+-" and x[:3] not in ("+++", "---"))
-        print(f"{patches / name}: {changed} changed lines, applies alone and in the stack")
+        where = "alone and in the stack" if name in stacked else "alone"
+        print(f"{patches / name}: {changed} changed lines, applies {where}")
     return 0
 
 

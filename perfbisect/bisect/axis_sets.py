@@ -1,0 +1,83 @@
+"""The vocabulary of a multi-axis search: how each differing axis is walked (``AxisPlan``), the
+values of a set axis (patches: a ``+``-joined subset), and delta debugging over such a set."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+B = TypeVar("B")  # what a measuring generator yields (a batch of launch requests)
+R = TypeVar("R")  # what it is sent back (their results)
+
+SET_SEPARATOR = "+"
+
+
+@dataclass(frozen=True)
+class AxisPlan:
+    """How one differing axis is walked from its good to its bad value.
+
+    ``path`` axes list every value from good to bad inclusive (two values for a categorical
+    axis). ``set`` axes (patches) hold a ``+``-joined subset: ``items`` are the members that the
+    bad value adds to the good one, searched by ddmin."""
+
+    name: str
+    kind: str  # "path" | "set"
+    values: tuple[str, ...] = ()
+    items: tuple[str, ...] = ()
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "values": list(self.values),
+            "items": list(self.items),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> AxisPlan:
+        return cls(
+            str(data["name"]),
+            str(data["kind"]),
+            tuple(str(v) for v in data.get("values", [])),  # type: ignore[attr-defined]
+            tuple(str(v) for v in data.get("items", [])),  # type: ignore[attr-defined]
+        )
+
+
+def join_set(members: Sequence[str], order: Sequence[str]) -> str:
+    """A set axis value: members in the experiment's order (patches apply in list order)."""
+    wanted = set(members)
+    return SET_SEPARATOR.join(m for m in order if m in wanted)
+
+
+def split_set(value: str) -> list[str]:
+    return [m for m in value.split(SET_SEPARATOR) if m]
+
+
+def ddmin(
+    items: Sequence[str], fails: Callable[[list[str]], Generator[B, R, bool]]
+) -> Generator[B, R, list[str]]:
+    """Zeller's delta debugging: a 1-minimal subset of ``items`` for which ``fails`` holds
+    (``items`` itself is known to fail). ``fails`` is a generator (it measures)."""
+    current = list(items)
+    n = 2
+    while len(current) >= 2:
+        size = len(current)
+        chunks = [current[i * size // n : (i + 1) * size // n] for i in range(n)]
+        chunks = [c for c in chunks if c]
+        reduced = False
+        for chunk in chunks:
+            if (yield from fails(chunk)):
+                current, n, reduced = chunk, 2, True
+                break
+        if not reduced and n > 2:
+            for chunk in chunks:
+                complement = [x for x in current if x not in chunk]
+                if (yield from fails(complement)):
+                    current, n, reduced = complement, max(n - 1, 2), True
+                    break
+        if not reduced:
+            if n >= len(current):
+                break
+            n = min(len(current), 2 * n)
+    return current
