@@ -142,6 +142,24 @@ def test_two_patches_that_regress_only_together(cli: Cli, tmp_path: Path) -> Non
     assert patch_names(report["culprit"]["last_good"]["patches"]) == ["p2.patch"]
 
 
+def test_a_stack_with_two_regressions_names_both_with_all_steps(cli: Cli, tmp_path: Path) -> None:
+    # p3 costs +30 ms (verify made eager), p6 +3 ms (a host sync: 30% of the good 10 ms, far
+    # below the threshold that p3 alone crosses, so the crossing-first search would stop at p3).
+    repo = _repo(tmp_path)
+    every = _patch_set(repo.path, tmp_path, {3: {"cost/p3": "30 eager"}, 6: {"cost/p6": "3 sync"}})
+    head = repo.shas[-1]
+    report = cli.bisect(f"{head},patches=none", f"{head},patches={every}", "--all-steps")
+    assert report["status"] == "found", report["message"]
+    assert "2 steps" in report["message"]
+    steps = report["steps"]
+    assert [patch_names(s["first_bad"]["patches"]) for s in steps] == [["p3.patch"], ["p6.patch"]]
+    assert all(s["verified"] for s in steps)
+    assert [round(s["effect_ms"]["delta"]) for s in steps] == [30, 3]
+    # The derived threshold rests on the endpoints, not on the last configuration measured.
+    lo, hi = report["threshold_interval"]
+    assert 10 < lo <= report["threshold_ms"] <= hi < 43
+
+
 def test_interaction_of_commit_and_flag_is_attributed(cli: Cli, tmp_path: Path) -> None:
     repo = _repo(tmp_path, interaction_at=7)
     (tmp_path / "perfbisect.toml").write_text(EXPERIMENT.format(patches=""))
