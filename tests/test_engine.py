@@ -533,3 +533,31 @@ def test_a_plateau_at_the_threshold_borrows_launches_from_its_other_points(trial
     )
     result = search_bench.run_perfbisect(world, 1024, Policy())
     assert result.correct and not result.phantom
+
+
+@pytest.mark.parametrize(
+    "trial",
+    [
+        # Two slow outliers among a plateau point's three launches: its one launch at a
+        # possible level sat on the threshold, and pooling put the two outliers back in, so the
+        # point was judged bad and named as the culprit on the plateau.
+        56,
+        # A plateau point undecided on its five launches, its two measured plateau mates spent
+        # too: an unmeasured point between them joins the pool (the range was called ambiguous).
+        133,
+    ],
+)
+def test_plateau_pooling_keeps_outliers_out_and_takes_an_unmeasured_mate(trial: int) -> None:
+    import random
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import search_bench
+
+    world = search_bench.plateau_below_threshold(
+        1024, random.Random(1_000_003 + trial), 0.04, 0.03, False
+    )
+    result = search_bench.run_perfbisect(world, 1024, Policy())
+    assert result.correct and not result.phantom
+    assert result.launches <= 40

@@ -26,6 +26,10 @@ from perfbisect.bisect.values import (
     _Segment,
 )
 
+# Crossing first, the most points of one plateau whose launches are pooled for a point that its
+# own launches leave undecided (each costs up to --max-launches).
+_PLATEAU_POINTS = 4
+
 
 class Levels(EngineState):
     """Verdicts and levels (no launches requested here)."""
@@ -52,7 +56,7 @@ class Levels(EngineState):
             # (levels only change at steps): their launches together decide its side, so each
             # point of a plateau near the threshold costs a launch or two, not five.
             assert seg is not None
-            pooled = self._plateau(position, seg)
+            pooled = self._plateau(position, seg, values)
             if len(pooled) > len(values):
                 side = classify(self._estimate(pooled), threshold, self.policy.higher_is_better)
         if seg is not None and len(values) >= 2 and self._between(seg, values):
@@ -66,11 +70,13 @@ class Levels(EngineState):
         lo, hi = self.launches[seg.lo], self.launches[seg.hi]
         return self._clearly_worse(lo, values) and self._clearly_worse(values, hi)
 
-    def _plateau_peers(self, position: int, seg: _Segment) -> list[int]:
+    def _plateau_peers(
+        self, position: int, seg: _Segment, own: Sequence[float] | None = None
+    ) -> list[int]:
         """The other measured points of the segment on ``position``'s level (clearly apart
         from it neither way); none when its own launches disagree (bimodal: it has no one
-        level to share)."""
-        own = self.launches[position]
+        level to share). ``own``: the launches of ``position`` that count (default: all)."""
+        own = self.launches[position] if own is None else own
         if own_rel_sd(own) > 2.5 * self.rel_sd():
             return []
         return [
@@ -82,16 +88,17 @@ class Levels(EngineState):
             and not self._clearly_worse(values, own)
         ]
 
-    def _plateau(self, position: int, seg: _Segment) -> list[float]:
-        """The launches of ``position`` and of every other point of the segment that sits on
-        the same intermediate level, for a side decision."""
-        peers = self._plateau_peers(position, seg)
+    def _plateau(self, position: int, seg: _Segment, own: Sequence[float]) -> list[float]:
+        """``own`` (the launches of ``position`` that count: not those set aside beyond the
+        worse end) and the launches of every other point of the segment that sits on the same
+        intermediate level, for a side decision."""
+        peers = self._plateau_peers(position, seg, own)
         sides = {seg.verdicts.get(p) for p in peers} & {Verdict.GOOD, Verdict.BAD}
         if len(sides) == 2:
             # Alike both points judged good and points judged bad: its launches are too few
             # to tell which plateau it is on, and the pool would mix the two.
-            return list(self.launches[position])
-        return [*self.launches[position], *(v for p in peers for v in self.launches[p])]
+            return list(own)
+        return [*own, *(v for p in peers for v in self.launches[p])]
 
     def _plateau_mates(self, seg: _Segment, i_lo: int, i_hi: int) -> list[int]:
         """Crossing first: for the first UNCLEAR point inside the bracket, up to two other
@@ -108,16 +115,29 @@ class Levels(EngineState):
         if not stuck:
             return []
         u = stuck[0]
+        peers = [p for p in self._plateau_peers(u, seg) if p not in (seg.lo, seg.hi)]
         candidates = [
             p
-            for p in self._plateau_peers(u, seg)
-            if p not in (seg.lo, seg.hi)
-            and p not in self.gave_up
+            for p in peers
+            if p not in self.gave_up
             and p not in self.skip_reason
             and len(self.launches[p]) < self.policy.max_launches
         ]
         candidates.sort(key=lambda p: abs(seg.index[p] - seg.index[u]))
-        return candidates[:2]
+        if candidates or len(peers) >= _PLATEAU_POINTS:
+            return candidates[:2]
+        # Its measured mates are spent: a point between it and the nearest of them that has
+        # one (on the same plateau, as levels only change at steps) joins the pool.
+        for near in sorted(peers, key=lambda p: abs(seg.index[p] - seg.index[u])):
+            a, b = sorted((seg.index[near], seg.index[u]))
+            between = [
+                seg.order[i]
+                for i in range(a + 1, b)
+                if seg.order[i] not in self.launches and seg.order[i] not in self.skip_reason
+            ]
+            if between:
+                return [min(between, key=lambda p: abs(seg.index[p] - seg.index[u]))]
+        return []
 
     def _crossed(self, seg: _Segment, position: int, verdict: Verdict) -> bool:
         """Is this judged point past the step the segment searches? With every step mapped
@@ -129,7 +149,7 @@ class Levels(EngineState):
             return False
         if self.policy.all_steps or seg is not self._top:
             return True
-        pooled = self._plateau(position, seg)
+        pooled = self._plateau(position, seg, self._possible(seg, position))
         side = classify(self._estimate(pooled), seg.threshold, self.policy.higher_is_better)
         return side is Verdict.BAD
 
