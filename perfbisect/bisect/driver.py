@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
+from perfbisect import interrupts
 from perfbisect.bisect.engine import (
     LaunchRequest,
     LaunchResult,
@@ -135,8 +136,14 @@ def _measure(
     base = replace(
         _record(session_id, seq, request, experiment), log_path=str(log_dir), started_at=utcnow()
     )
+
+    def stage(name: str) -> None:
+        interrupts.check()  # a Ctrl-C whose first delivery was lost stops here
+        on_stage(name)
+
+    interrupts.check()
     try:
-        m = target.launch(config, str(log_dir), on_stage)
+        m = target.launch(config, str(log_dir), stage)
     except StepFailed as failure:
         records.record_launch(
             store,

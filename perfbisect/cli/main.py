@@ -62,9 +62,11 @@ def version() -> None:
 
 
 def run() -> None:
+    from perfbisect import interrupts
     from perfbisect.errors import PerfbisectError
 
     as_json = "--json" in sys.argv[1:]
+    interrupts.install()
     try:
         app()
     except PerfbisectError as exc:
