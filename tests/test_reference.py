@@ -120,7 +120,7 @@ def test_default_interpreter_is_the_one_running_perfbisect() -> None:
     python = default_python(LocalHost())
     assert python == sys.executable
     options = command_options(ReferenceOptions(), "server.py", python)
-    assert options["serve"].startswith(shlex.quote(sys.executable) + " server.py serve")
+    assert options["serve"].startswith("exec " + shlex.quote(sys.executable) + " server.py serve")
     assert options["measure"].startswith(shlex.quote(sys.executable) + " server.py bench")
     named = command_options(ReferenceOptions(python="/opt/py/bin/python3"), "server.py", python)
-    assert named["serve"].startswith("/opt/py/bin/python3 ")
+    assert named["serve"].startswith("exec /opt/py/bin/python3 ")

@@ -33,8 +33,11 @@ def command_options(options: ReferenceOptions, server: str, python: str) -> dict
     flags += [str(a) for a in options.server_args]
     # A bare placeholder ("{verify_input}") is left for substitution, which quotes it.
     quoted = [f if PLACEHOLDER.fullmatch(f) else shlex.quote(f) for f in flags]
+    # `exec`: the shell that runs the command becomes the server, so the server is the process
+    # perfbisect started and dies with it even on a kill -9 (PR_SET_PDEATHSIG survives exec; a
+    # server the shell forked would outlive it, and its ranks with it).
     serve = " ".join(
-        [python, server, "serve", "--port", "{port}", "--timing-dir", "{timing}", *quoted]
+        ["exec", python, server, "serve", "--port", "{port}", "--timing-dir", "{timing}", *quoted]
     )
     measure = " ".join(
         [
