@@ -135,7 +135,20 @@ class SlurmTarget:
             finally:
                 self._job = None
             if ended == "done":
-                return self._result(job, node, notes)
+                try:
+                    return self._result(job, node, notes)
+                except StepFailed:
+                    raise  # the configuration failed a stage on the node: a verdict's business
+                except Exception as exc:
+                    # The job's own Python died before the launch could report (a job cancelled
+                    # while it started: its `git` got the SIGTERM): the job failed, not the
+                    # configuration, like a job that ended without a result.
+                    lines = [x for x in str(exc).strip().splitlines() if x.strip()]
+                    why = next(
+                        (x for x in reversed(lines) if "Error" in x),
+                        lines[-1] if lines else repr(exc),
+                    )
+                    ended = f"with an error in the job ({why.strip()[:200]})"
             notes.append(
                 f"slurm job {job.job_id} ended {ended} on {node or 'no node'} without a result"
                 + ("; submitted once more" if attempt < ATTEMPTS else "")
