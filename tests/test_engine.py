@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -516,11 +517,9 @@ def test_a_burst_that_steers_the_search_has_its_verdicts_set_aside() -> None:
     assert len(order) <= 16, order
 
 
-@pytest.mark.parametrize("trial", [33, 162])
-def test_a_plateau_at_the_threshold_borrows_launches_from_its_other_points(trial: int) -> None:
-    # Seeded worlds of the search benchmark's plateau scenario (18 -> 22.2 -> 29 ms, given
-    # threshold 23) that ended ambiguous: a plateau point stayed undecided on all its own
-    # launches. The other points of its plateau now launch for it, and the crossing is named.
+def _plateau_world(trial: int) -> Any:
+    """The search benchmark's plateau scenario (18 -> 22.2 -> 29 ms, given threshold 23) for one
+    seeded trial, searched with the default policy."""
     import random
     import sys
     from pathlib import Path
@@ -531,7 +530,15 @@ def test_a_plateau_at_the_threshold_borrows_launches_from_its_other_points(trial
     world = search_bench.plateau_below_threshold(
         1024, random.Random(1_000_003 + trial), 0.04, 0.03, False
     )
-    result = search_bench.run_perfbisect(world, 1024, Policy())
+    return search_bench.run_perfbisect(world, 1024, Policy())
+
+
+@pytest.mark.parametrize("trial", [33, 162])
+def test_a_plateau_at_the_threshold_borrows_launches_from_its_other_points(trial: int) -> None:
+    # Seeded worlds of the search benchmark's plateau scenario (18 -> 22.2 -> 29 ms, given
+    # threshold 23) that ended ambiguous: a plateau point stayed undecided on all its own
+    # launches. The other points of its plateau now launch for it, and the crossing is named.
+    result = _plateau_world(trial)
     assert result.correct and not result.phantom
 
 
@@ -548,16 +555,6 @@ def test_a_plateau_at_the_threshold_borrows_launches_from_its_other_points(trial
     ],
 )
 def test_plateau_pooling_keeps_outliers_out_and_takes_an_unmeasured_mate(trial: int) -> None:
-    import random
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import search_bench
-
-    world = search_bench.plateau_below_threshold(
-        1024, random.Random(1_000_003 + trial), 0.04, 0.03, False
-    )
-    result = search_bench.run_perfbisect(world, 1024, Policy())
+    result = _plateau_world(trial)
     assert result.correct and not result.phantom
     assert result.launches <= 40
