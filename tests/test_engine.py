@@ -501,6 +501,26 @@ def test_a_burst_over_the_endpoint_launches_remeasures_them_and_redoes_the_searc
     assert outcome.threshold == pytest.approx(math.sqrt(10 * 20), rel=0.1)
 
 
+def test_two_configurations_on_a_noisy_machine_are_not_redone_for_a_two_level_end() -> None:
+    # The launches of a CI run of the TP=2 reference server on a loaded machine, in order
+    # (verify ms): each side's launches spread over 2x, the bad one's at "two levels". With
+    # only the two ends there is nothing the threshold judged, so which level is the bad
+    # end's own cannot matter: the step is named (the run ended ambiguous, the endpoints
+    # measured twice over, before).
+    values = {
+        0: [24.3, 69.0, 13.4, 12.7, 12.0, 24.8, 23.1, 13.0, 12.5, 24.0],
+        1: [45.8, 57.8, 81.9, 109.5, 43.3, 45.2, 53.1, 72.5, 73.6, 72.5],
+    }
+    engine = Engine(path(1))
+    order = drive(engine, lambda pos, k: values[pos][k])
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.FOUND, outcome.message
+    assert outcome.culprit is not None and outcome.culprit.first_bad.position == 1
+    assert outcome.culprit.verified, outcome.culprit.note
+    assert "measured again" not in outcome.message
+    assert len(order) <= 8, order
+
+
 def test_a_burst_that_steers_the_search_has_its_verdicts_set_aside() -> None:
     # Culprit 10 of 64; launches 3-6 run 1.9x slow. Points 32 and 16 (bad) come out slower than
     # any level, two in a row: a burst. Their launches are set aside and re-measured at once,

@@ -20,6 +20,7 @@ from perfbisect.bisect.values import (
     LaunchResult,
     Purpose,
     _Segment,
+    midpoint,
 )
 from perfbisect.errors import lead_with_error
 
@@ -74,6 +75,27 @@ class Verification(Levels):
                 f"({self.policy.min_effect:.0%}, {floor:.4g}): not a step of its own (creep?)"
             )
         return True, None
+
+    def _verdicts_hold_at_both_levels(self, seg: _Segment, end: int) -> bool:
+        """Would every point judged against the threshold keep its verdict whichever level of
+        ``end``'s two is its own? Then the burst that split its launches misled nothing (with
+        the two ends adjacent nothing was judged against the threshold at all: a noisy
+        machine's two-configuration search is not redone for it)."""
+        if self.fixed_threshold:
+            return True  # a given threshold was not derived from the endpoint's launches
+        other = seg.hi if end == seg.lo else seg.lo
+        level = self._estimate(self.launches[other]).median
+        values = self._core(self.launches[end])
+        thresholds = [midpoint(level, v) for v in (min(values), max(values))]
+        for p, verdict in seg.verdicts.items():
+            if p in (seg.lo, seg.hi) or verdict not in (Verdict.GOOD, Verdict.BAD):
+                continue
+            est = self._estimate(self._possible(seg, p))
+            if any(
+                classify(est, t, self.policy.higher_is_better) is not verdict for t in thresholds
+            ):
+                return False
+        return True
 
     def _verify(
         self, seg: _Segment, lo: int, hi: int
@@ -190,10 +212,15 @@ class Verification(Levels):
         flipped: int | None = None
         for p, v in ((lo, v_lo), (hi, v_hi)):
             new = v if v is not None else Verdict.UNCLEAR
-            if p in ends and seg is self._top and self._two_levels(self.launches[p]):
+            if (
+                p in ends
+                and seg is self._top
+                and self._two_levels(self.launches[p])
+                and not self._verdicts_hold_at_both_levels(seg, p)
+            ):
                 # An endpoint whose launches now fall at two levels: its first launches ran
-                # in a burst and set the threshold; it cannot be trusted (the session
-                # measures the endpoints again).
+                # in a burst and set the threshold, and a verdict depends on which level is
+                # its own; it cannot be trusted (the session measures the endpoints again).
                 flipped = p
                 continue
             if p in ends and new is not seg.verdicts[p]:
