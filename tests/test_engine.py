@@ -578,3 +578,74 @@ def test_plateau_pooling_keeps_outliers_out_and_takes_an_unmeasured_mate(trial: 
     result = _plateau_world(trial)
     assert result.correct and not result.phantom
     assert result.launches <= 40
+
+
+def _real_history_world(trial: int) -> tuple[Engine, Any]:
+    """The search benchmark's real-history scenario (two real steps, creep, bursts of a shared
+    machine, one commit that cannot run; derived threshold) for one seeded trial, searched with
+    the default policy: the engine after the search and the world."""
+    import random
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import search_bench
+
+    world = search_bench.real_history(1024, random.Random(1_000_003 + trial), 0.04, 0.03, False)
+    engine = Engine(path(len(world.levels) - 1))
+    drive(engine, lambda pos, k: world.launch(pos))
+    return engine, world
+
+
+def _named(engine: Engine) -> int | None:
+    outcome = engine.outcome
+    assert outcome is not None
+    return outcome.culprit.first_bad.position if outcome.culprit else None
+
+
+def test_a_burst_of_four_launches_at_one_point_does_not_use_up_its_launches() -> None:
+    # Seeded world 83: four launches in a row of point 141 ran in a burst (1.5-2.1x), its one
+    # launch at a possible level sat on the threshold, and with five launches spent it stayed
+    # unjudged (ambiguous). Launches set aside as beyond any level do not count now.
+    engine, world = _real_history_world(83)
+    assert _named(engine) == world.culprit, engine.outcome and engine.outcome.message
+    assert len(engine.launches[141]) > 5
+
+
+def test_a_plateau_at_a_loosely_derived_threshold_gets_more_endpoint_launches() -> None:
+    # Seeded world 354: the threshold derived from a few endpoint launches sat next to the
+    # plateau below the crossing, and a plateau point stayed undecided (ambiguous). The
+    # endpoints are launched again until the threshold is known well enough to place it.
+    engine, world = _real_history_world(354)
+    assert _named(engine) == world.culprit, engine.outcome and engine.outcome.message
+    ends = len(engine.launches[0]) + len(engine.launches[len(world.levels) - 1])
+    assert ends > 3
+    outcome = engine.outcome
+    assert outcome is not None and outcome.threshold == pytest.approx(
+        math.sqrt(world.levels[0] * world.levels[-1]), rel=0.03
+    )
+
+
+@pytest.mark.parametrize("trial", [56, 876])
+def test_a_burst_over_the_first_launches_shows_as_a_point_better_than_the_good_end(
+    trial: int,
+) -> None:
+    # Seeded worlds 56 and 876: the first three or four launches (both endpoints) ran in a
+    # burst, the threshold came out far above every level, and an outlier at the verification
+    # confirmed a wrong step (56 named the bad endpoint itself). The points between measured
+    # clearly better than the good endpoint: the endpoints are measured again.
+    engine, world = _real_history_world(trial)
+    assert _named(engine) == world.culprit, engine.outcome and engine.outcome.message
+    outcome = engine.outcome
+    assert outcome is not None
+    assert "clearly better than the good endpoint" in outcome.message
+
+
+def test_a_first_bad_point_lifted_onto_a_level_of_its_own_is_measured_until_placed() -> None:
+    # Seeded world 139: two launches of 93 (on the plateau below the crossing) came out 12% and
+    # 8% high, a level of its own just past the threshold, and it was named as the crossing.
+    # Such a first bad point is launched until its own launches place it.
+    engine, world = _real_history_world(139)
+    assert world.culprit == 94
+    assert _named(engine) == 94, engine.outcome and engine.outcome.message
+    assert len(engine.launches[93]) >= 4

@@ -17,6 +17,7 @@ from perfbisect.bisect.values import (
     LaunchResult,
     Purpose,
     Status,
+    _Segment,
     midpoint,
 )
 from perfbisect.bisect.verification import Verification
@@ -144,3 +145,44 @@ class Endpoints(Verification):
             )
         self._finish(Status.NOT_REPRODUCED, f"{why} {unit}")
         return False
+
+    def _refine_threshold(self, seg: _Segment) -> Generator[_Batch, list[LaunchResult], bool]:
+        """Crossing first with a derived threshold: a point left UNCLEAR whose level lies where
+        the threshold could lie (a plateau just below or above it, the endpoints known from two
+        or three launches) cannot be decided until the threshold is known better. One more
+        interleaved launch of each endpoint, the threshold derived again from them, and every
+        verdict of the search judged again against it. True when it ran."""
+        if self.fixed_threshold or self.policy.all_steps or seg is not self._top:
+            return False
+        good, bad = 0, self.bad_end
+        stuck = [
+            p
+            for p in seg.order[1:-1]
+            if seg.verdicts.get(p) is Verdict.UNCLEAR
+            and p not in self.skip_reason
+            and self.launches.get(p)
+        ]
+        interval = self.threshold_interval()
+        cap = 2 * self.policy.max_launches
+        if not stuck or interval is None or {good, bad} & self.gave_up:
+            return False
+        if min(len(self.launches[good]), len(self.launches[bad])) >= cap:
+            return False
+        u = stuck[0]
+        est = self._estimate(self._plateau(u, seg, self._possible(seg, u)))
+        if est.hi < interval[0] or est.lo > interval[1]:
+            return False  # the threshold's own uncertainty is not what keeps it open
+        yield self._request([bad, good], Purpose.ENDPOINT)
+        if {good, bad} & (self.skip_reason.keys() | self.gave_up):
+            return False
+        g, b = self.launches[good], self.launches[bad]
+        self.threshold = seg.threshold = midpoint(
+            self._estimate(g).median, self._estimate(b).median
+        )
+        for p, old in list(seg.verdicts.items()):
+            if p in (seg.lo, seg.hi) or old is Verdict.SKIP:
+                continue
+            new = self._decide(p, seg) or Verdict.UNCLEAR
+            if new is not old:
+                self._set_verdict(p, new, seg)
+        return True

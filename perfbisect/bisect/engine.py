@@ -60,10 +60,8 @@ class Engine(Endpoints):
             # the endpoints again on more launches, once, and search anew; the launches made
             # so far count.
             which = "good" if found.flipped_end == 0 else "bad"
-            remeasured = (
-                f"; the {which} endpoint contradicted its first verdict, so the endpoints were "
-                "measured again and the search redone"
-            )
+            why = found.redo_why or f"the {which} endpoint contradicted its first verdict"
+            remeasured = f"; {why}, so the endpoints were measured again and the search redone"
             self._redone = True
             self.seen_gaps.clear()
             self.creep_gaps.clear()
@@ -190,10 +188,7 @@ class Engine(Endpoints):
                 verdict = self._decide(position, seg)
                 if verdict is not None:
                     self._set_verdict(position, verdict, seg)
-                elif (
-                    len(self.launches[position]) >= self.policy.max_launches
-                    or position in self.gave_up
-                ):
+                elif self._spent(seg, position) or position in self.gave_up:
                     self._set_verdict(position, Verdict.UNCLEAR, seg)
                 else:
                     undecided.append(position)
@@ -228,6 +223,15 @@ class Engine(Endpoints):
                 return Unfinished(Status.AMBIGUOUS, why, ((lo, hi),))
             if self._reopen_burst_verdicts(seg):
                 continue
+            if top and self._good_end_outdone(seg):
+                return Unfinished(
+                    Status.AMBIGUOUS,
+                    "a configuration between the endpoints measured clearly better than the good "
+                    "endpoint (its launches may have run slow); the regression is in this range",
+                    ((seg.lo, seg.hi),),
+                    seg.lo,
+                    "a configuration between them measured clearly better than the good endpoint",
+                )
             # Segment ends keep their verdicts (a flip ends the search), so the bracket exists.
             i_lo, i_hi = self._bracket(seg)
             lo, hi = seg.order[i_lo], seg.order[i_hi]
@@ -251,7 +255,7 @@ class Engine(Endpoints):
                 if seg.order[i] not in seg.verdicts
                 or (
                     seg.verdicts[seg.order[i]] is Verdict.UNCLEAR
-                    and len(self.launches.get(seg.order[i], [])) < self.policy.max_launches
+                    and not self._spent(seg, seg.order[i])
                     and seg.order[i] not in self.skip_reason
                 )
             ]
@@ -280,6 +284,8 @@ class Engine(Endpoints):
                         ((lo, hi),),
                         flipped,
                     )
+                continue
+            if (yield from self._refine_threshold(seg)):
                 continue
             mates = self._plateau_mates(seg, i_lo, i_hi) if top else []
             if mates:

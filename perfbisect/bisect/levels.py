@@ -119,9 +119,7 @@ class Levels(EngineState):
         candidates = [
             p
             for p in peers
-            if p not in self.gave_up
-            and p not in self.skip_reason
-            and len(self.launches[p]) < self.policy.max_launches
+            if p not in self.gave_up and p not in self.skip_reason and not self._spent(seg, p)
         ]
         candidates.sort(key=lambda p: abs(seg.index[p] - seg.index[u]))
         if candidates or len(peers) >= _PLATEAU_POINTS:
@@ -169,6 +167,36 @@ class Levels(EngineState):
             return self.launches[position]
         beyond, possible = self._split_beyond(seg, position)
         return possible if beyond and possible else self.launches[position]
+
+    def _good_end_outdone(self, seg: _Segment) -> bool:
+        """Derived threshold, before any redo: does a point between the ends measure clearly
+        better than the good end? Outlier launches are slow, so the good end's launches ran
+        slow (a burst over the first launches of a session sets the threshold far too high,
+        and every verdict after it is judged against that): the endpoints are measured again."""
+        if self.fixed_threshold or self._redone:
+            return False
+        good = self.launches[seg.lo]
+        level = self._level_of(good)
+        sign = -1.0 if self.policy.higher_is_better else 1.0
+        # Beyond the noise by the margin that no level explains (outliers are 1.3-2x).
+        return any(
+            p in seg.index
+            and p not in (seg.lo, seg.hi)
+            and sign * (level - self._level_of(values) * (1 + sign * BURST_MARGIN)) > 0
+            and self._clearly_worse(values, good)
+            for p, values in self.launches.items()
+        )
+
+    def _spent(self, seg: _Segment, position: int) -> bool:
+        """Has ``position`` had its launches? Launches set aside as beyond the segment's worse
+        end (a burst of a shared machine slowed them) do not count: a burst of four launches
+        in a row must not leave a point unjudged. Twice the launches at most, whatever they
+        measured."""
+        values = self.launches.get(position, [])
+        return (
+            len(self._possible(seg, position)) >= self.policy.max_launches
+            or len(values) >= 2 * self.policy.max_launches
+        )
 
     def _big_enough(self, step: Culprit) -> bool:
         lo, hi = step.last_good.position, step.first_bad.position

@@ -122,12 +122,15 @@ class Outcome:
 @dataclass(frozen=True)
 class Unfinished:
     """A search of one segment that ended without a step: why, and the range it leaves open.
-    ``flipped_end``: the segment end whose verdict the verification contradicted."""
+    ``flipped_end``: the segment end that cannot be trusted (the verification contradicted its
+    verdict, or a point measured clearly better than the good end); ``redo_why``: what the
+    report says about it when the endpoints are measured again (default: the contradiction)."""
 
     status: Status
     message: str
     unresolved: tuple[tuple[int, int], ...] = ()
     flipped_end: int | None = None
+    redo_why: str | None = None
 
 
 # A derived threshold must be known to within this fraction of the endpoints' gap: otherwise

@@ -97,7 +97,52 @@ class Verification(Levels):
                 return False
         return True
 
+    def _crossing_unconfirmed(self, seg: _Segment, hi: int) -> bool:
+        """Crossing first, the first bad point at a level of its own (clearly apart from both
+        ends): named as the crossing only once its own launches put it past the threshold. A
+        point of the lower plateau that two high launches lifted just past the threshold is
+        such a level on two launches, and pooling finds no plateau to share it with."""
+        if self.policy.all_steps or seg is not self._top or hi in (seg.lo, seg.hi):
+            return False
+        own = self._estimate(self._possible(seg, hi))
+        return classify(own, seg.threshold, self.policy.higher_is_better) is not Verdict.BAD
+
     def _verify(
+        self, seg: _Segment, lo: int, hi: int
+    ) -> Generator[_Batch, list[LaunchResult], int | None]:
+        flipped = yield from self._verify_bracket(seg, lo, hi)
+        if flipped is None and (yield from self._confirm_crossing(seg, hi)):
+            return _CORRECTED
+        return flipped
+
+    def _confirm_crossing(
+        self, seg: _Segment, hi: int
+    ) -> Generator[_Batch, list[LaunchResult], bool]:
+        """A first bad point at a level of its own is launched until its own launches place
+        it on one side of the threshold (or run out). True when it then no longer crosses:
+        the search goes on past it."""
+        while (
+            seg.verdicts.get(hi) is Verdict.INTERMEDIATE
+            and self._crossing_unconfirmed(seg, hi)
+            and not self._spent(seg, hi)
+            and hi not in self.skip_reason
+            and hi not in self.gave_up
+        ):
+            yield self._request([hi], Purpose.VERIFY)
+            if hi in self.skip_reason:
+                return False
+            own = classify(
+                self._estimate(self._possible(seg, hi)), seg.threshold, self.policy.higher_is_better
+            )
+            if own is not None:
+                break
+        if hi in self.skip_reason or seg.verdicts.get(hi) is not Verdict.INTERMEDIATE:
+            return False
+        verdict = self._decide(hi, seg) or Verdict.UNCLEAR
+        self._set_verdict(hi, verdict, seg)
+        return not self._crossed(seg, hi, verdict)
+
+    def _verify_bracket(
         self, seg: _Segment, lo: int, hi: int
     ) -> Generator[_Batch, list[LaunchResult], int | None]:
         if not self.policy.paired_verify:
