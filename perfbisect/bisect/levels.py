@@ -178,14 +178,23 @@ class Levels(EngineState):
         good = self.launches[seg.lo]
         level = self._level_of(good)
         sign = -1.0 if self.policy.higher_is_better else 1.0
-        # Beyond the noise by the margin that no level explains (outliers are 1.3-2x).
-        return any(
-            p in seg.index
-            and p not in (seg.lo, seg.hi)
-            and sign * (level - self._level_of(values) * (1 + sign * BURST_MARGIN)) > 0
-            and self._clearly_worse(values, good)
+        inner = [
+            (p, values)
             for p, values in self.launches.items()
-        )
+            if p in seg.index and p not in (seg.lo, seg.hi)
+        ]
+        # One point beyond the noise by the margin that no level explains (outliers are
+        # 1.3-2x), or the points judged good all together.
+        if any(
+            sign * (level - self._level_of(values) * (1 + sign * BURST_MARGIN)) > 0
+            and self._clearly_worse(values, good)
+            for _, values in inner
+        ):
+            return True
+        judged_good = [
+            v for p, values in inner if seg.verdicts.get(p) is Verdict.GOOD for v in values
+        ]
+        return len(judged_good) >= 3 and self._clearly_worse(judged_good, good, strict=True)
 
     def _spent(self, seg: _Segment, position: int) -> bool:
         """Has ``position`` had its launches? Launches set aside as beyond the segment's worse
