@@ -176,6 +176,10 @@ class Endpoints(Verification):
         if {good, bad} & (self.skip_reason.keys() | self.gave_up):
             return False
         g, b = self.launches[good], self.launches[bad]
+        if self._two_levels(g) or self._two_levels(b) or not self._clearly_worse(g, b):
+            # An endpoint whose launches now disagree (slow launches among them) says no
+            # level to derive from: the threshold stays until more launches settle it.
+            return True
         self.threshold = seg.threshold = midpoint(
             self._estimate(g).median, self._estimate(b).median
         )

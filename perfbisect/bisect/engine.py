@@ -42,6 +42,9 @@ from perfbisect.bisect.values import (
     midpoint,
 )
 
+# The whole search's launch ceiling, in units of a level gap's budget (3 x (log2 N + 3)).
+_TOP_BUDGET_FACTOR = 4
+
 
 class Engine(Endpoints):
     """The search plan on top of the layers below (see engine_state.py)."""
@@ -209,16 +212,27 @@ class Engine(Endpoints):
         # More launches per point (--min-launches) buy a proportionally larger budget.
         per_point = max(1, self.policy.min_launches)
         budget = 3 * per_point * (math.ceil(math.log2(max(2, len(seg.order) - 1))) + 3)
+        if top and not budgeted:
+            # The whole search has a ceiling too: on a machine noisy enough that verdicts keep
+            # being reopened and re-verified, an honest "this range, after N launches" beats
+            # hundreds of launches (the real-history benchmark once spent 1226 on one search).
+            budget *= _TOP_BUDGET_FACTOR
         start = self.launch_count
         while True:
-            if budgeted and self.launch_count - start > budget:
+            if (budgeted or top) and self.launch_count - start > budget:
                 i_lo, i_hi = self._bracket(seg)
                 lo, hi = seg.order[i_lo], seg.order[i_hi]
                 left = math.ceil(math.log2(max(2, i_hi - i_lo))) + 1
+                what = "this level change" if budgeted else "the crossing"
                 self.unresolved_why[(lo, hi)] = why = (
-                    f"the search for this level change ran out of its {budget} launches; "
-                    f"finishing it would take about {left * per_point + 2} more launches "
-                    "(`--all-steps` searches every step)"
+                    f"the search for {what} ran out of its {budget} launches; finishing it "
+                    f"would take about {left * per_point + 2} more launches "
+                    + (
+                        "(`--all-steps` searches every step)"
+                        if budgeted
+                        else "(the machine's noise kept reopening verdicts; `--min-launches` "
+                        "raises the budget)"
+                    )
                 )
                 return Unfinished(Status.AMBIGUOUS, why, ((lo, hi),))
             if self._reopen_burst_verdicts(seg):
@@ -232,6 +246,8 @@ class Engine(Endpoints):
                     seg.lo,
                     "a configuration between them measured clearly better than the good endpoint",
                 )
+            if (yield from self._refine_threshold(seg)):
+                continue
             # Segment ends keep their verdicts (a flip ends the search), so the bracket exists.
             i_lo, i_hi = self._bracket(seg)
             lo, hi = seg.order[i_lo], seg.order[i_hi]
@@ -284,8 +300,6 @@ class Engine(Endpoints):
                         ((lo, hi),),
                         flipped,
                     )
-                continue
-            if (yield from self._refine_threshold(seg)):
                 continue
             mates = self._plateau_mates(seg, i_lo, i_hi) if top else []
             if mates:

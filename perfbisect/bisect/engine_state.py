@@ -72,6 +72,7 @@ class EngineState:
         self.failures: dict[int, list[str]] = {}  # every failed launch's reason, per position
         self.gave_up: set[int] = set()  # measured, then failed past the retries
         self.verify_notes: dict[tuple[int, int], str] = {}  # verifications that could not run
+        self.crossing_checked: set[int] = set()  # first bad points launched to be placed
         self.unresolved_why: dict[tuple[int, int], str] = {}  # why a range was left open
         self.seen_gaps: list[tuple[int, int]] = []  # level changes seen, not searched
         self.creep_gaps: list[tuple[int, int]] = []  # level gaps searched, with no one step

@@ -120,7 +120,11 @@ class Verification(Levels):
     ) -> Generator[_Batch, list[LaunchResult], bool]:
         """A first bad point at a level of its own is launched until its own launches place
         it on one side of the threshold (or run out). True when it then no longer crosses:
-        the search goes on past it."""
+        the search goes on past it. Once per point: a point whose plateau's pooled side moves
+        as its mates launch must not be verified and corrected in turn without end."""
+        if hi in self.crossing_checked:
+            return False
+        self.crossing_checked.add(hi)
         while (
             seg.verdicts.get(hi) is Verdict.INTERMEDIATE
             and self._crossing_unconfirmed(seg, hi)
