@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -14,6 +15,13 @@ from pathlib import Path
 
 import pytest
 import sshd_fixture
+
+# A CI runner, or a shell without job control that starts the suite in the background, can hand
+# it SIGINT ignored, and an ignored signal stays ignored across exec: every test that presses
+# Ctrl-C on a perfbisect it started would press it on a process that cannot hear it (as a user's
+# `nohup perfbisect ...` rightly cannot). The suite restores the default for what it starts.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # A measure command that really runs: it reads the commit's `cost` file and times that much
 # pure-Python work per sample, so the regression is a real slowdown, not a printed number.
