@@ -495,3 +495,36 @@ def test_a_burst_of_the_machine_is_set_aside_and_said(cli: Cli, tmp_path: Path) 
     logged = [v for v in log if v["config"] == point["config"] and v["value"] is not None]
     assert len(point["launch_values"]) < len(logged), (point, logged)
     assert "bursts of slow launches" in cli.run("bisect", "report").stdout
+
+
+def test_a_point_slower_than_the_bad_endpoint_on_every_launch_is_not_called_a_burst() -> None:
+    # The demo's history in small (found by a fresh-venv `perfbisect demo`): the culprit and the
+    # commits after it measure 30 ms, a later commit recovers to 24 (the bad endpoint). The
+    # culprit's launches, 25% beyond the bad end, are taken for bursts and set aside, but every
+    # launch it has sits there: the report must not claim the machine had bursts.
+    from perfbisect.bisect.engine import Engine, LaunchResult
+    from perfbisect.bisect.report import _burst_warnings
+    from perfbisect.config import Configuration
+
+    path = [Configuration.of({"commit": f"{i:040x}"}) for i in range(17)]
+
+    def level(p: int) -> float:
+        return 10.0 if p < 8 else 30.0 if p < 13 else 24.0
+
+    engine = Engine(path)
+    seen: dict[int, int] = {}
+    while batch := engine.next_batch():
+        results = []
+        for r in batch:
+            k = seen.get(r.position, 0)
+            seen[r.position] = k + 1
+            results.append(LaunchResult(level(r.position) * (1 + 0.01 * ((k % 3) - 1))))
+        engine.feed(results)
+    assert engine.outcome is not None and engine.outcome.culprit is not None
+    assert engine.outcome.culprit.first_bad.position == 8
+    assert engine.set_aside.get(8)
+    warnings = _burst_warnings(engine)
+    steady = [w for w in warnings if "worse than the bad endpoint on every launch" in w]
+    assert len(steady) == 1 and "position(s) 8" in steady[0], warnings
+    bursts = [w for w in warnings if "bursts of slow launches" in w]
+    assert not any(" 8," in w or " 8 " in w for w in bursts), warnings

@@ -214,17 +214,51 @@ def build_report(
 
 
 def _burst_warnings(engine: Engine) -> list[str]:
-    """Launches the engine took out of the evidence because the machine had a burst."""
+    """Launches the engine took out of the evidence because the machine had a burst. A point
+    whose launches all sit beyond the bad endpoint, more of them than a burst lasts, was slower
+    than it on every launch: a level of its own as likely as a burst, and the warning says so
+    instead of blaming the machine."""
     aside = {p: v for p, v in engine.set_aside.items() if v}
     if not aside:
         return []
-    count = sum(len(v) for v in aside.values())
-    where = ", ".join(str(p) for p in sorted(aside))
-    return [
-        f"the machine had bursts of slow launches: {count} launch(es) of position(s) {where} "
-        "ran slower than any level between the endpoints, or next to such a launch, and were "
-        "set aside and measured again (they stay in `bisect log`)"
-    ]
+    bad = engine.launches.get(engine.bad_end, [])
+    sign = -1.0 if engine.policy.higher_is_better else 1.0
+    level = median(bad) if bad else None
+
+    def beyond(values: list[float]) -> bool:
+        return (
+            level is not None
+            and bool(values)
+            and all(sign * (v - level) > 0.1 * abs(level) for v in values)
+        )
+
+    # Five launches or more, every one beyond: longer than a burst lasts (2-4 launches in a row).
+    steady = {
+        p: v
+        for p, v in aside.items()
+        if len(v) + len(engine.launches.get(p, [])) >= 5
+        and beyond([*v, *engine.launches.get(p, [])])
+    }
+    bursty = {p: v for p, v in aside.items() if p not in steady}
+    out = []
+    if bursty:
+        count = sum(len(v) for v in bursty.values())
+        where = ", ".join(str(p) for p in sorted(bursty))
+        out.append(
+            f"bursts of slow launches, by the look of it: {count} launch(es) of position(s) {where} "
+            "ran slower than any level between the endpoints, or next to such a launch, and were "
+            "set aside and measured again (they stay in `bisect log`)"
+        )
+    if steady:
+        count = sum(len(v) for v in steady.values())
+        where = ", ".join(str(p) for p in sorted(steady))
+        out.append(
+            f"position(s) {where} measured worse than the bad endpoint on every launch: "
+            f"{count} of those launches were taken for a burst, set aside and measured again; "
+            "the configuration may simply be slower than the bad endpoint (they stay in "
+            "`bisect log`)"
+        )
+    return out
 
 
 def _seen(engine: Engine, a: int, b: int) -> Unresolved:
