@@ -537,16 +537,23 @@ def test_a_burst_that_steers_the_search_has_its_verdicts_set_aside() -> None:
     assert len(order) <= 16, order
 
 
-def _plateau_world(trial: int) -> Any:
-    """The search benchmark's plateau scenario (18 -> 22.2 -> 29 ms, given threshold 23) for one
-    seeded trial, searched with the default policy."""
-    import random
+def _search_bench() -> Any:
+    """benchmarks/search_bench.py, whose seeded worlds some tests replay."""
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import search_bench
 
+    return search_bench
+
+
+def _plateau_world(trial: int) -> Any:
+    """The search benchmark's plateau scenario (18 -> 22.2 -> 29 ms, given threshold 23) for one
+    seeded trial, searched with the default policy."""
+    import random
+
+    search_bench = _search_bench()
     world = search_bench.plateau_below_threshold(
         1024, random.Random(1_000_003 + trial), 0.04, 0.03, False
     )
@@ -585,13 +592,8 @@ def _real_history_world(trial: int) -> tuple[Engine, Any]:
     machine, one commit that cannot run; derived threshold) for one seeded trial, searched with
     the default policy: the engine after the search and the world."""
     import random
-    import sys
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import search_bench
-
-    world = search_bench.real_history(1024, random.Random(1_000_003 + trial), 0.04, 0.03, False)
+    world = _search_bench().real_history(1024, random.Random(1_000_003 + trial), 0.04, 0.03, False)
     engine = Engine(path(len(world.levels) - 1))
     drive(engine, lambda pos, k: world.launch(pos))
     return engine, world
@@ -656,10 +658,11 @@ def test_a_first_bad_point_lifted_onto_a_level_of_its_own_is_measured_until_plac
 def test_a_noisy_history_does_not_cost_hundreds_of_launches(trial: int) -> None:
     # Seeded worlds where a plateau sat on a threshold derived from noisy endpoint launches:
     # every plateau point was launched to its limit before the threshold was known better
-    # (412: 237 launches), or re-derived from endpoint launches that had run slow (453: the
-    # threshold landed on the bad level, 1226 launches), or a point was corrected and
-    # re-verified in turn (571: 1149). The threshold is refined as soon as a point is stuck,
-    # only from endpoints at one level each, and a first bad point is placed once.
+    # (412: 237 launches). In a first version of the threshold refinement, 453's threshold was
+    # re-derived from endpoint launches that had run slow and landed on the bad level (1226
+    # launches), and 571 had a point corrected and re-verified in turn (1149). The threshold
+    # is refined as soon as a point is stuck, only from endpoints at one level each, and a
+    # first bad point is placed once.
     engine, world = _real_history_world(trial)
     assert _named(engine) == world.culprit, engine.outcome and engine.outcome.message
     assert engine.launch_count <= 80

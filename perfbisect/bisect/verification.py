@@ -97,6 +97,11 @@ class Verification(Levels):
                 return False
         return True
 
+    def _own_side(self, seg: _Segment, position: int) -> Verdict | None:
+        """The side of the threshold ``position``'s own launches put it on (no pooling)."""
+        own = self._estimate(self._possible(seg, position))
+        return classify(own, seg.threshold, self.policy.higher_is_better)
+
     def _crossing_unconfirmed(self, seg: _Segment, hi: int) -> bool:
         """Crossing first, the first bad point at a level of its own (clearly apart from both
         ends): named as the crossing only once its own launches put it past the threshold. A
@@ -104,8 +109,7 @@ class Verification(Levels):
         such a level on two launches, and pooling finds no plateau to share it with."""
         if self.policy.all_steps or seg is not self._top or hi in (seg.lo, seg.hi):
             return False
-        own = self._estimate(self._possible(seg, hi))
-        return classify(own, seg.threshold, self.policy.higher_is_better) is not Verdict.BAD
+        return self._own_side(seg, hi) is not Verdict.BAD
 
     def _verify(
         self, seg: _Segment, lo: int, hi: int
@@ -135,10 +139,7 @@ class Verification(Levels):
             yield self._request([hi], Purpose.VERIFY)
             if hi in self.skip_reason:
                 return False
-            own = classify(
-                self._estimate(self._possible(seg, hi)), seg.threshold, self.policy.higher_is_better
-            )
-            if own is not None:
+            if self._own_side(seg, hi) is not None:
                 break
         if hi in self.skip_reason or seg.verdicts.get(hi) is not Verdict.INTERMEDIATE:
             return False
