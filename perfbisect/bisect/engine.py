@@ -235,6 +235,8 @@ class Engine(Endpoints):
                     )
                 )
                 return Unfinished(Status.AMBIGUOUS, why, ((lo, hi),))
+            if (yield from self._check_level_beyond(seg)):
+                continue
             if self._reopen_burst_verdicts(seg):
                 continue
             if top and self._good_end_outdone(seg):

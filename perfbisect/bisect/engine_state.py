@@ -73,6 +73,7 @@ class EngineState:
         self.gave_up: set[int] = set()  # measured, then failed past the retries
         self.verify_notes: dict[tuple[int, int], str] = {}  # verifications that could not run
         self.crossing_checked: set[int] = set()  # first bad points launched to be placed
+        self.level_checked: set[int] = set()  # points beyond the worse end measured again
         self.unresolved_why: dict[tuple[int, int], str] = {}  # why a range was left open
         self.seen_gaps: list[tuple[int, int]] = []  # level changes seen, not searched
         self.creep_gaps: list[tuple[int, int]] = []  # level gaps searched, with no one step
@@ -81,6 +82,7 @@ class EngineState:
         # Launches taken out of a point's evidence because they ran in a burst of the machine
         # (next to a launch no level can explain); they stay in the store and the log.
         self.set_aside: dict[int, list[float]] = {}
+        self.set_aside_seq: dict[int, list[int]] = {}  # their indices into in_order
         self._rel_sd_at = -1
         self._rel_sd = 0.0
         self._redone = False  # the endpoints were measured again and the search redone

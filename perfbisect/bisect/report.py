@@ -206,11 +206,41 @@ def build_report(
         log_dir=log_dir,
         threshold_interval=outcome.threshold_interval,
         threshold_basis=basis if threshold is not None else "",
-        warnings=tuple([*_overlap_warnings(path, steps, threshold), *_burst_warnings(engine)]),
+        warnings=tuple(
+            [
+                *_overlap_warnings(path, steps, threshold),
+                *_burst_warnings(engine),
+                *_taken_back(engine, outcome, experiment.metric.name),
+            ]
+        ),
         search="all steps" if engine.policy.all_steps else "crossing first",
         seen=tuple(_seen(engine, a, b) for a, b in outcome.seen),
         creep=tuple(_creep(engine, a, b) for a, b in engine.creep(outcome.steps, outcome.seen)),
     )
+
+
+def _taken_back(engine: Engine, outcome: Outcome, unit: str) -> list[str]:
+    """The first bad configuration measured clearly worse than the bad endpoint: a change
+    after it took back part of the regression, so the endpoints' difference understates what
+    the culprit did (its own effect is the step's). Said only when the launches show it."""
+    step = outcome.culprit
+    end = engine.bad_end
+    if step is None or step.first_bad.position == end:
+        return []
+    a, b = engine.launches.get(end), engine.launches.get(step.first_bad.position)
+    if not a or not b:
+        return []
+    diff = difference(a, b, engine.rel_sd(), engine.policy.noise.z)
+    sign = -1.0 if engine.policy.higher_is_better else 1.0
+    lo = diff.lo if sign > 0 else -diff.hi
+    if lo <= 0 or sign * diff.delta < engine.policy.min_effect * abs(median(a)):
+        return []
+    return [
+        f"position {step.first_bad.position} measured worse than the bad endpoint "
+        f"({median(b):.4g} vs {median(a):.4g} {unit}, {len(b)} and {len(a)} launch(es)): a "
+        f"change between it and position {end} took back part of the regression (not "
+        "searched); the step's effect above is the culprit's own"
+    ]
 
 
 def _burst_warnings(engine: Engine) -> list[str]:

@@ -28,6 +28,22 @@ from perfbisect.errors import lead_with_error
 class Verification(Levels):
     """The launches that check a bracket or a level gap before anything is claimed."""
 
+    def _check_level_beyond(self, seg: _Segment) -> Generator[_Batch, list[LaunchResult], bool]:
+        """Once the machine seems to have shown a burst, points measured slower than the worse
+        end at two positions or more may instead share a level worse than it (a later change
+        took back part of the regression). The one launched longest ago is measured again,
+        once, after a burst could have passed: at the same level, the level is its own and
+        nothing is set aside for it; elsewhere, its launches were slow ones and the burst
+        defences go on as before. True when it launched."""
+        if not self._slow_launches_seen(seg):
+            return False
+        candidates = self._beyond_candidates(seg)
+        if not candidates:
+            return False
+        self.level_checked.add(candidates[0])
+        yield self._request([candidates[0]], Purpose.SEARCH)
+        return True
+
     def _level_gap(
         self, a: int, b: int, probe: bool = False
     ) -> Generator[_Batch, list[LaunchResult], bool]:
