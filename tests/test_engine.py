@@ -655,6 +655,17 @@ def test_a_first_bad_point_lifted_onto_a_level_of_its_own_is_measured_until_plac
     assert len(engine.launches[93]) >= 4
 
 
+def test_a_bracket_without_a_step_between_its_sides_is_checked_in_pairs() -> None:
+    # Seeded world 1088: the culprit, 166 (74.8 ms), measured 68.8 and 73.2; pooled with 165,
+    # a point of the plateau below (59.4 ms) that one launch 11% high had put at a level of
+    # its own, it was not past the threshold, and 167 was named, a step of 4% between two
+    # points of one level. A bracket whose two sides show no step is verified in back-to-back
+    # pairs: no step between them, so 166 is past the threshold too and the search goes on.
+    engine, world = _real_history_world(1088)
+    assert world.culprit == 166
+    assert _named(engine) == 166, engine.outcome and engine.outcome.message
+
+
 @pytest.mark.parametrize("trial", [412, 453, 571])
 def test_a_noisy_history_does_not_cost_hundreds_of_launches(trial: int) -> None:
     # Seeded worlds where a plateau sat on a threshold derived from noisy endpoint launches:

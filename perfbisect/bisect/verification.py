@@ -171,12 +171,26 @@ class Verification(Levels):
         if not self._slow_launches_seen(seg):
             flipped = yield from self._verify_single(seg, lo, hi)
             # A burst that began at the bracket's last launch shows in its verification.
-            if flipped is not None or not self._slow_launches_seen(seg):
+            if flipped is not None:
                 return flipped
+            if not self._slow_launches_seen(seg):
+                if not self._no_step_shows(seg, lo, hi):
+                    return None
+                # lo may sit on hi's level, put below the threshold by pooling with a plateau
+                # it does not share (or hi above it): back-to-back pairs say whether there is
+                # a step here at all.
+                return _CORRECTED if (yield from self._verify_pairs(seg, lo, hi)) else None
         measured = len(self.launches.get(hi, []))
         if (yield from self._verify_pairs(seg, lo, hi)):
             return _CORRECTED
         return (yield from self._verify_single(seg, lo, hi, measured))
+
+    def _no_step_shows(self, seg: _Segment, lo: int, hi: int) -> bool:
+        """Is (lo, hi), after its verification, still the bracket, lo not the good end, and
+        hi not clearly worse than lo: a crossing claimed where no step shows?"""
+        if self._bracket(seg) != (seg.index[lo], seg.index[hi]) or lo in (seg.lo, seg.hi):
+            return False
+        return not self._clearly_worse(self._possible(seg, lo), self._possible(seg, hi))
 
     def _verify_pairs(
         self, seg: _Segment, lo: int, hi: int
