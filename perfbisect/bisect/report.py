@@ -239,7 +239,8 @@ def _taken_back(engine: Engine, outcome: Outcome, unit: str) -> list[str]:
         f"position {step.first_bad.position} measured worse than the bad endpoint "
         f"({median(b):.4g} vs {median(a):.4g} {unit}, {len(b)} and {len(a)} launch(es)): a "
         f"change between it and position {end} took back part of the regression (not "
-        "searched); the step's effect above is the culprit's own"
+        "searched); the culprit's own effect is its step's (last good to first bad), not the "
+        "endpoints' difference"
     ]
 
 
