@@ -247,6 +247,10 @@ class EngineState:
             return median(self._core(values))
         return max(values) if self.policy.higher_is_better else min(values)
 
+    def measured_worse(self, better: Sequence[float], worse: Sequence[float]) -> bool:
+        """For the report: ``worse`` clearly worse than ``better``, as the engine judges it."""
+        return self._clearly_worse(better, worse)
+
     def straddles(self, step: Culprit, threshold: float | None = None) -> bool:
         """Do the medians of the step's two sides lie on either side of the threshold?"""
         threshold = self.threshold if threshold is None else threshold

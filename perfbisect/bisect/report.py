@@ -228,12 +228,7 @@ def _taken_back(engine: Engine, outcome: Outcome, unit: str) -> list[str]:
     if step is None or step.first_bad.position == end:
         return []
     a, b = engine.launches.get(end), engine.launches.get(step.first_bad.position)
-    if not a or not b:
-        return []
-    diff = difference(a, b, engine.rel_sd(), engine.policy.noise.z)
-    sign = -1.0 if engine.policy.higher_is_better else 1.0
-    lo = diff.lo if sign > 0 else -diff.hi
-    if lo <= 0 or sign * diff.delta < engine.policy.min_effect * abs(median(a)):
+    if not a or not b or not engine.measured_worse(a, b):
         return []
     return [
         f"position {step.first_bad.position} measured worse than the bad endpoint "
