@@ -30,7 +30,8 @@ from perfbisect.bisect.values import (
 # Crossing first, the most points of one plateau whose launches are pooled for a point that its
 # own launches leave undecided (each costs up to --max-launches).
 _PLATEAU_POINTS = 4
-# Launches of one level spread like the session's noise; a burst's (1.5-2x each) twice as much.
+# A level beyond the worse end: its launches spread at most this times the session's noise (a
+# burst's, 1.5-2x each, spread about twice the noise).
 _LEVEL_SPREAD = 1.2
 
 
@@ -218,9 +219,9 @@ class Levels(EngineState):
     def _beyond_worse_end(
         self, seg: _Segment, at_least: float = 0.1, own_noise: bool = False
     ) -> Callable[[float], bool] | None:
-        """Whether a launch value lies clearly beyond the segment's worse end's level (a level
-        no configuration between the ends has), by ``at_least`` of it or the noise's interval,
-        or None before that end has launched. ``own_noise``: the interval also holds the
+        """Whether a launch value lies clearly beyond the segment's worse end's level (or the
+        level worse than it that points between the ends have shown, see ``_level_beyond``), by
+        ``at_least`` of it or the noise's interval, or None before that end has launched. ``own_noise``: the interval also holds the
         noise of the end's level itself (known from its few launches), as a comparison of
         one launch with it does."""
         worse_end = self.launches.get(seg.hi)
@@ -237,8 +238,9 @@ class Levels(EngineState):
         bursts and outliers are not one: it is claimed only for points next to each other
         among the measured ones in path order (levels change only at steps; bursts hit any
         point), every launch beyond the end, three launches or more (four of one point alone)
-        agreeing as launches of one level do (a burst's are spread: 1.5-2x each), one measured again
-        after a burst could have passed (its launches further apart than a burst lasts).
+        agreeing as launches of one level do (a burst's are spread: 1.5-2x each), one of the
+        points measured again after a burst could have passed (its launches further apart than
+        a burst lasts).
         Bursts come and go; a level stays."""
         sign = -1.0 if self.policy.higher_is_better else 1.0
         best: float | None = None
