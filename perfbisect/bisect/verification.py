@@ -24,6 +24,10 @@ from perfbisect.bisect.values import (
 )
 from perfbisect.errors import lead_with_error
 
+# A first bad point with no other crossed point this many positions after it needs one more
+# verification launch on a machine that has shown slow launches (see ``_lone_crossing``).
+_LONE_GAP = 16
+
 
 class Verification(Levels):
     """The launches that check a bracket or a level gap before anything is claimed."""
@@ -170,6 +174,8 @@ class Verification(Levels):
             return (yield from self._verify_single(seg, lo, hi))
         if not self._slow_launches_seen(seg):
             flipped = yield from self._verify_single(seg, lo, hi)
+            if flipped is None and self._lone_crossing(seg, hi):
+                flipped = yield from self._verify_single(seg, lo, hi)
             # A burst that began at the bracket's last launch shows in its verification.
             if flipped is not None:
                 return flipped
@@ -184,6 +190,28 @@ class Verification(Levels):
         if (yield from self._verify_pairs(seg, lo, hi)):
             return _CORRECTED
         return (yield from self._verify_single(seg, lo, hi, measured))
+
+    def _lone_crossing(self, seg: _Segment, hi: int) -> bool:
+        """Is ``hi`` judged past the step on two launches or fewer, with no crossed point within
+        ``_LONE_GAP`` positions after it, on a machine that has shown a launch no level explains?
+        Then one more verification launch. The search reached it by moving away from every
+        crossed point, so the prior odds that the step lies right there are about 1 : gap, and
+        two slow launches of a better point (an outlier, a burst at its verification) are what
+        else explains its verdict; on such a machine two of them at one point happen."""
+        if hi in (seg.lo, seg.hi) or seg.verdicts.get(hi) is not Verdict.BAD:
+            return False
+        if len(self._possible(seg, hi)) > 2:
+            return False
+        beyond = self._beyond_worse_end(seg)
+        if beyond is None or not any(beyond(v) for v in self.in_order):
+            return False
+        i = seg.index[hi]
+        crossed = [
+            seg.index[p]
+            for p, v in seg.verdicts.items()
+            if p in seg.index and seg.index[p] > i and self._crossed(seg, p, v)
+        ]
+        return min(crossed, default=len(seg.order) - 1) - i >= _LONE_GAP
 
     def _no_step_shows(self, seg: _Segment, lo: int, hi: int) -> bool:
         """Is (lo, hi), after its verification, still the bracket, lo not the good end, and
@@ -208,9 +236,12 @@ class Verification(Levels):
                 return False
             ratios = self._pair_ratios(lo, hi, since)
             n = len(ratios)
-            # One pair is enough unless a launch of it lies beyond the segment's worse end:
-            # no configuration between the ends sits there, a slow launch (a burst) does.
-            need = self.policy.paired_min if self._beyond(seg, lo, hi, since) else 1
+            # One pair is enough unless a launch of it lies beyond the segment's worse end (no
+            # configuration between the ends sits there, a slow launch does) or the machine has
+            # shown a burst: a burst slows each launch of a pair by its own 1.5-2x, so the
+            # ratio of one pair inside it can show a step that is not there.
+            bursty = self._beyond(seg, lo, hi, since) or self._slow_launches_seen(seg)
+            need = self.policy.paired_min if bursty else 1
             if n >= need and min(ratios) >= floor:
                 return False  # every pair shows the step
             if n >= self.policy.paired_min and median(ratios) < 1 + self.policy.min_effect / 2:
