@@ -232,6 +232,13 @@ class Levels(EngineState):
         widen = math.sqrt(1 + 1 / len(worse_end)) if own_noise else 1.0
         return self._past_end(level if worse_still is None else worse_still, at_least, widen)
 
+    def beyond_bad_end(self) -> Callable[[float], bool] | None:
+        """For the report: whether a launch value lies clearly beyond the bad endpoint's own
+        level, by the engine's margin (the noise's interval, 10% at least), or None before the
+        bad endpoint has launched."""
+        bad = self.launches.get(self.bad_end)
+        return self._past_end(self._level_of(bad)) if bad else None
+
     def _level_beyond(self, seg: _Segment, end_level: float) -> float | None:
         """A level worse than the segment's worse end that configurations between the ends
         have (a later change took back part of the regression), or None. Slow launches of

@@ -247,16 +247,12 @@ def _burst_warnings(engine: Engine) -> list[str]:
     aside = {p: v for p, v in engine.set_aside.items() if v}
     if not aside:
         return []
-    bad = engine.launches.get(engine.bad_end, [])
-    sign = -1.0 if engine.policy.higher_is_better else 1.0
-    level = median(bad) if bad else None
+    # Against the bad endpoint's own level, by the engine's margin (not against a level worse
+    # than it that the engine may have found: these launches were set aside before it showed).
+    past_end = engine.beyond_bad_end()
 
     def beyond(values: list[float]) -> bool:
-        return (
-            level is not None
-            and bool(values)
-            and all(sign * (v - level) > 0.1 * abs(level) for v in values)
-        )
+        return past_end is not None and bool(values) and all(past_end(v) for v in values)
 
     # Five launches or more, every one beyond: longer than a burst lasts (2-4 launches in a row).
     steady = {
