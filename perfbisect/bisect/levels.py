@@ -249,6 +249,15 @@ class Levels(EngineState):
         points measured again after a burst could have passed (its launches further apart than
         a burst lasts).
         Bursts come and go; a level stays."""
+        if self._level_beyond_at != self.launch_count:
+            self._level_beyond_memo.clear()
+            self._level_beyond_at = self.launch_count
+        key = (id(seg), end_level)
+        if key not in self._level_beyond_memo:
+            self._level_beyond_memo[key] = (seg, self._find_level_beyond(seg, end_level))
+        return self._level_beyond_memo[key][1]
+
+    def _find_level_beyond(self, seg: _Segment, end_level: float) -> float | None:
         sign = -1.0 if self.policy.higher_is_better else 1.0
         best: float | None = None
         for run in self._runs_beyond(seg, self._past_end(end_level), 1):
