@@ -86,6 +86,7 @@ def test_a_circle_would_be_found() -> None:
 ENGINE_LAYERS = (
     "axis_sets",
     "engine_state",
+    "slow_launches",
     "levels",
     "verification",
     "endpoints",

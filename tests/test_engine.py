@@ -784,3 +784,15 @@ def test_a_lone_crossing_on_the_real_history_is_verified_again() -> None:
     engine, world = _real_history_world(1668)
     assert _named(engine) == world.culprit == 161, engine.outcome and engine.outcome.message
     assert len(engine.launches[91]) + len(engine.set_aside.get(91, [])) >= 3
+
+
+def test_a_slow_launch_and_a_burst_after_it_are_not_a_level_of_their_own() -> None:
+    # Seeded world 693: good point 91 (58 ms) measured 120 at its search launch and 114, 113
+    # and 101 in a row at its verification: four launches beyond the bad end (78-81), agreeing
+    # within the noise, measured apart, so they were taken for a level worse than the bad
+    # endpoint and 91 was named (15 launches). Three of them are one burst's: a point alone
+    # needs two launches outside its longest run that one burst could cover. Measured on, 91
+    # comes back at 56-59 and the culprit 123 is found.
+    engine, world = _real_history_world(693)
+    assert _named(engine) == world.culprit == 123, engine.outcome and engine.outcome.message
+    assert min(engine.launches.get(91, []) + engine.set_aside.get(91, [])) < 60
