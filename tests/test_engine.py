@@ -193,8 +193,27 @@ def test_endpoints_that_do_not_differ_are_not_reproduced() -> None:
     outcome = engine.outcome
     assert outcome is not None and outcome.status is Status.NOT_REPRODUCED
     assert "do not differ significantly" in outcome.message
+    assert "two levels" not in outcome.message  # one level each: nothing more to say
     # the decision took more than the minimum launches: a negative result needs evidence
     assert len(order) >= 2 * Policy().endpoint_confirm_launches
+
+
+def test_a_good_endpoint_measured_mostly_in_bursts_is_said_to_have_no_level() -> None:
+    # Six of the good endpoint's ten launches ran 1.5-1.9x slow (a busy machine, as in seeded
+    # real-history worlds 73, 502, 1094 and 1947): its median sits at the bad level and the
+    # endpoints "do not differ". The message says why: its launches fall at two levels, so
+    # its median is no level (and which launch was fastest).
+    values = {  # world 73's endpoint launches, in order (the true levels: 50 and 78 ms)
+        0: [83.0, 75.0, 90.0, 86.0, 52.0, 51.0, 96.0, 87.0, 50.0, 52.0],
+        8: [80.0, 141.0, 137.0, 78.0, 80.0, 75.0, 76.0, 149.0, 125.0, 81.0, 75.0],
+    }
+    engine = Engine(path(8))
+    drive(engine, lambda pos, k: values[pos][k])
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.NOT_REPRODUCED, outcome.message
+    assert "the good endpoint's 10 launches fall at two levels (6 of them" in outcome.message
+    assert "fastest, 50)" in outcome.message
+    assert "bad endpoint's" not in outcome.message  # its slow launches are a minority
 
 
 def test_failed_endpoint_stops_with_reason() -> None:

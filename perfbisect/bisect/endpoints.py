@@ -10,7 +10,9 @@ from perfbisect.bisect.engine_state import (
     _Batch,
 )
 from perfbisect.bisect.stats import (
+    OUTLIER_RATIO,
     Verdict,
+    launch_times,
     median,
 )
 from perfbisect.bisect.values import (
@@ -143,8 +145,30 @@ class Endpoints(Verification):
                 f"interval [{worse.lo:.4g}, {worse.hi:.4g}], minimum effect "
                 f"{self.policy.min_effect:.0%})"
             )
-        self._finish(Status.NOT_REPRODUCED, f"{why} {unit}")
+        two_levels = [
+            note
+            for p, name in ((good, "good"), (bad, "bad"))
+            if (note := self._two_levels_note(self.launches[p], name))
+        ]
+        self._finish(Status.NOT_REPRODUCED, "; ".join([f"{why} {unit}", *two_levels]))
         return False
+
+    def _two_levels_note(self, values: list[float], name: str) -> str | None:
+        """What an endpoint's launches at two levels mean for the verdict above: its median
+        mixes them, so the endpoints' difference says nothing yet."""
+        if not self._two_levels(values):
+            return None
+        times = launch_times(values, self.policy.higher_is_better)
+        assert times is not None  # _two_levels needs them
+        best = min(times)
+        slow = [v for v, t in zip(values, times, strict=True) if t >= OUTLIER_RATIO * best]
+        fastest = values[times.index(best)]
+        return (
+            f"the {name} endpoint's {len(values)} launches fall at two levels ({len(slow)} of "
+            f"them {OUTLIER_RATIO:g}x or more slower than the fastest, {fastest:.4g}): the slow "
+            "launches of a busy machine, or a flaky configuration, so its median is no level; "
+            "run again when the machine is quieter, or look at `bisect log`"
+        )
 
     def _refine_threshold(self, seg: _Segment) -> Generator[_Batch, list[LaunchResult], bool]:
         """Crossing first with a derived threshold: a point left UNCLEAR whose level lies where
