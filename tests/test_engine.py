@@ -276,6 +276,13 @@ def test_slow_outlier_launches_are_set_aside_flaky_ones_are_not() -> None:
     assert core_launches([18.0, 29.0, 18.1, 29.2], 0.05) == [18.0, 29.0, 18.1, 29.2]
     assert core_launches([31.5, 18.0, 33.9], 0.05) == [31.5, 18.0, 33.9]
     assert core_launches([18.4, 18.9, 17.6], 0.05) == [18.4, 18.9, 17.6]
+    # Most launches slow, but spread as no level's are (a busy machine's bursts, 1.5-2x each,
+    # over the good endpoint of seeded real-history world 502) while three fast ones agree:
+    # the fast ones say the level. A slow mode at a level of its own stays flaky.
+    bursts = [80.0, 98.0, 49.0, 50.0, 73.0, 101.0, 74.0, 96.0, 50.0]
+    assert core_launches(bursts, 0.04) == [49.0, 50.0, 50.0]
+    flaky = [80.0, 78.0, 49.0, 50.0, 81.0, 79.0, 77.0, 80.0, 50.0]
+    assert core_launches(flaky, 0.04) == flaky
     # Higher is better (tokens/s): outliers are the low ones.
     assert core_launches([1000.0, 520.0, 990.0], 0.05, higher_is_better=True) == [1000.0, 990.0]
 
@@ -815,3 +822,15 @@ def test_a_slow_launch_and_a_burst_after_it_are_not_a_level_of_their_own() -> No
     engine, world = _real_history_world(693)
     assert _named(engine) == world.culprit == 123, engine.outcome and engine.outcome.message
     assert min(engine.launches.get(91, []) + engine.set_aside.get(91, [])) < 60
+
+
+def test_a_good_endpoint_slowed_by_bursts_on_most_launches_is_judged_on_its_fast_ones() -> None:
+    # Seeded world 502: six of the good endpoint's nine launches ran in bursts (73-101 ms against
+    # its 50), so its median sat at the bad level and the endpoints "did not differ" (not
+    # reproduced, 21 launches). Its three fast launches agree and the slow ones spread as no
+    # level's launches do: the endpoint is at 50 ms and the culprit 146 is found.
+    engine, world = _real_history_world(502)
+    assert _named(engine) == world.culprit == 146, engine.outcome and engine.outcome.message
+    outcome = engine.outcome
+    assert outcome is not None and outcome.threshold is not None
+    assert outcome.threshold == pytest.approx(math.sqrt(50 * world.levels[-1]), rel=0.05)

@@ -139,6 +139,10 @@ def difference(a: Sequence[float], b: Sequence[float], rel_sd: float, z: float) 
 
 CORE_TOLERANCE = 0.15  # a launch this much slower than the best ones is not the same level
 OUTLIER_RATIO = 1.4  # a launch this many times slower than the best one is an outlier launch
+# Slow launches spread more than this times the noise are no level of their own: a burst's
+# launches (1.5-2x each) spread about twice the noise, a flaky configuration's slow mode like it
+# (taken for bursts in under 1% of flaky configurations with 6-10 launches, simulated).
+BURST_SPREAD = 2.0
 
 
 def launch_times(values: Sequence[float], higher_is_better: bool = False) -> list[float] | None:
@@ -158,7 +162,9 @@ def core_launches(
     ``OUTLIER_RATIO`` times slower than the best one is set aside (of two launches, or while
     such launches are a minority); and when at least two launches agree on the best level, slower ones are set
     aside too. Launches that alternate between levels (a flaky configuration) are all kept,
-    and stay UNCLEAR."""
+    and stay UNCLEAR; unless three or more fast ones agree and the slow ones spread more than
+    ``BURST_SPREAD`` times the noise, as no level's launches do: those are a busy machine's
+    bursts over most of the launches, and the fast ones say the level."""
     if len(values) < 2:
         return list(values)
     times = launch_times(values, higher_is_better)
@@ -167,7 +173,14 @@ def core_launches(
     best = min(times)
     kept = [v for v, t in zip(values, times, strict=True) if t < best * OUTLIER_RATIO]
     if len(values) >= 3 and len(kept) * 2 <= len(values):
-        return list(values)  # as many slow launches as others: flaky, not an outlier
+        slow = [v for v, t in zip(values, times, strict=True) if t >= best * OUTLIER_RATIO]
+        bursts = (
+            len(kept) >= 3
+            and own_rel_sd(kept) <= 2 * rel_sd
+            and own_rel_sd(slow) > BURST_SPREAD * rel_sd
+        )
+        if not bursts:
+            return list(values)  # as many slow launches as others, at a level: flaky
     tolerance = max(CORE_TOLERANCE, 4 * rel_sd)
     agreeing = [
         v
