@@ -20,7 +20,7 @@ from perfbisect.bisect.stats import (
 from perfbisect.bisect.values import _Segment
 
 # A level beyond the worse end: its launches spread at most this times the session's noise (a
-# burst's, 1.5-2x each, spread about twice the noise).
+# burst's, 1.5-2x each, spread about twice the noise: stats.BURST_SPREAD).
 _LEVEL_SPREAD = 1.2
 
 
@@ -32,9 +32,9 @@ class SlowLaunches(EngineState):
     ) -> Callable[[float], bool] | None:
         """Whether a launch value lies clearly beyond the segment's worse end's level (or the
         level worse than it that points between the ends have shown, see ``_level_beyond``), by
-        ``at_least`` of it or the noise's interval, or None before that end has launched. ``own_noise``: the interval also holds the
-        noise of the end's level itself (known from its few launches), as a comparison of
-        one launch with it does."""
+        ``at_least`` of it or the noise's interval, or None before that end has launched.
+        ``own_noise``: the interval also holds the noise of the end's level itself (known from
+        its few launches), as a comparison of one launch with it does."""
         worse_end = self.launches.get(seg.hi)
         if not worse_end:
             return None

@@ -160,11 +160,12 @@ def core_launches(
     """The launches that say what a configuration's level is. Outlier launches are slow
     (throttling, contention, a bad NCCL ring: 1.5-2x), never fast, so a launch
     ``OUTLIER_RATIO`` times slower than the best one is set aside (of two launches, or while
-    such launches are a minority); and when at least two launches agree on the best level, slower ones are set
-    aside too. Launches that alternate between levels (a flaky configuration) are all kept,
-    and stay UNCLEAR; unless three or more fast ones agree and the slow ones spread more than
-    ``BURST_SPREAD`` times the noise, as no level's launches do: those are a busy machine's
-    bursts over most of the launches, and the fast ones say the level."""
+    such launches are a minority); and when at least two launches agree on the best level,
+    slower ones are set aside too. Launches that alternate between levels (a flaky
+    configuration) are all kept, and stay UNCLEAR; unless three or more fast ones agree and
+    the slow ones spread more than ``BURST_SPREAD`` times the noise, as no level's launches
+    do: those are a busy machine's bursts over most of the launches, and the fast ones say
+    the level."""
     if len(values) < 2:
         return list(values)
     times = launch_times(values, higher_is_better)
