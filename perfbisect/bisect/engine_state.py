@@ -85,9 +85,9 @@ class EngineState:
         self.set_aside_seq: dict[int, list[int]] = {}  # their indices into in_order
         self._rel_sd_at = -1
         self._rel_sd = 0.0
-        # Levels._level_beyond per (segment, end level), for the current launch count: it reads
-        # every launch, set aside or not, so nothing but a new launch changes it (the segment is
-        # held so that its id is not reused while the entry lives).
+        # SlowLaunches._level_beyond per (segment, end level), for the current launch count: it
+        # reads every launch, set aside or not, so nothing but a new launch changes it (the
+        # segment is held so that its id is not reused while the entry lives).
         self._level_beyond_at = -1
         self._level_beyond_memo: dict[tuple[int, float], tuple[object, float | None]] = {}
         self._redone = False  # the endpoints were measured again and the search redone
