@@ -46,6 +46,9 @@ LIVE_STATES = frozenset(
     }
 )
 ATTEMPTS = 2  # a job that ends without a result is submitted once more
+# Final states in which Slurm, not the job, ended it (scancel, preemption, a node lost, the time
+# limit): what a job's own error then says is a consequence, not the cause.
+INTERRUPTED_STATES = frozenset({"CANCELLED", "PREEMPTED", "NODE_FAIL", "TIMEOUT", "DEADLINE"})
 
 
 def run_on_node(
@@ -147,8 +150,16 @@ class SlurmTarget:
                     why = next(
                         (x for x in reversed(lines) if "Error" in x),
                         lines[-1] if lines else repr(exc),
+                    ).strip()[:200]
+                    # What Slurm says of the job comes first: a scancel from outside that
+                    # lands while the job starts shows as its Python's error, but the job
+                    # was CANCELLED.
+                    state = self._final_state(job.job_id)
+                    ended = (
+                        f"{state} (its Python failed as it went: {why})"
+                        if state in INTERRUPTED_STATES
+                        else f"with an error in the job ({why})"
                     )
-                    ended = f"with an error in the job ({why.strip()[:200]})"
             notes.append(
                 f"slurm job {job.job_id} ended {ended} on {node or 'no node'} without a result"
                 + ("; submitted once more" if attempt < ATTEMPTS else "")
