@@ -44,3 +44,15 @@ def clock(seconds: float) -> str:
     minutes, secs = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def confidence_text(confidence: float) -> str:
+    """A crossing's posterior for people: never "100%" (a posterior of 0.9999996 is not
+    certainty), and what it is a probability of."""
+    shown = min(confidence, 0.999)
+    digits = f"{shown:.1%}" if shown >= 0.99 else f"{shown:.0%}"
+    bound = ">" if confidence > 0.999 else ""
+    return (
+        f"{bound}{digits} that this is the first configuration past the threshold (every "
+        "launch weighed in the order it ran, bursts of slow launches allowed for)"
+    )

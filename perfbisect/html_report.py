@@ -16,7 +16,7 @@ from typing import Any
 
 from perfbisect.bisect.report_model import Report, Step
 from perfbisect.errors import StoreError
-from perfbisect.formatting import cfg, interval, num, stage_times
+from perfbisect.formatting import cfg, confidence_text, interval, num, stage_times
 from perfbisect.store.database import Store
 from perfbisect.store.history import (
     LaunchView,
@@ -204,11 +204,17 @@ def _culprit_html(report: Report) -> str:
         else "-"
     )
     verified = "yes" if c.verified else f"no — {esc(c.verify_note or 'no reason recorded')}"
+    confidence = (
+        f"<br><b>confidence:</b> {esc(confidence_text(c.confidence))}"
+        if c.confidence is not None
+        else ""
+    )
     return (
         f"<p><b>culprit ({esc(c.axis)}):</b> <span class='mono'>{esc(cfg(c.first_bad))}</span> "
         f"{esc(interval(c.first_bad_ms))}{commit}<br><b>last good:</b> "
         f"<span class='mono'>{esc(cfg(c.last_good))}</span> {esc(interval(c.last_good_ms))}<br>"
-        f"<b>effect:</b> {effect}; <b>verified</b> with interleaved launches: {verified}</p>"
+        f"<b>effect:</b> {effect}; <b>verified</b> with interleaved launches: {verified}"
+        f"{confidence}</p>"
     )
 
 

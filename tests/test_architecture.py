@@ -85,10 +85,12 @@ def test_a_circle_would_be_found() -> None:
 
 ENGINE_LAYERS = (
     "axis_sets",
+    "posterior",
     "engine_state",
     "slow_launches",
     "levels",
     "verification",
+    "audit",
     "endpoints",
     "engine",
     "multiaxis",

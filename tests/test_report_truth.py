@@ -501,11 +501,13 @@ def test_a_point_slower_than_the_bad_endpoint_on_every_launch_is_not_called_a_bu
     # The demo's history in small (found by a fresh-venv `perfbisect demo`): the culprit and the
     # commits after it measure 30 ms, a later commit recovers to 24 (the bad endpoint). The
     # culprit's launches spread +-8% (more than one level's do, so the engine does not take
-    # them for a level of its own) and, 25% beyond the bad end, are taken for bursts and set
-    # aside, but every launch it has sits there: the report must not claim the machine had
-    # bursts. (With launches as steady as the others', nothing is set aside: see
+    # them for a level of its own) and sit beyond the bad end on every launch: the report must
+    # not claim the machine had bursts. Crossing first, the audit weighs them with every other
+    # launch and nothing is set aside; mapping every step (no audit), they are taken for bursts
+    # and set aside, and the warning says the configuration may simply be slower. (With
+    # launches as steady as the others', nothing is set aside either way: see
     # test_a_culprit_worse_than_the_bad_endpoint_is_said_and_not_blamed_on_the_machine.)
-    from perfbisect.bisect.engine import Engine, LaunchResult
+    from perfbisect.bisect.engine import Engine, LaunchResult, Policy
     from perfbisect.bisect.report import _burst_warnings
     from perfbisect.config import Configuration
 
@@ -514,20 +516,26 @@ def test_a_point_slower_than_the_bad_endpoint_on_every_launch_is_not_called_a_bu
     def level(p: int) -> float:
         return 10.0 if p < 8 else 30.0 if p < 13 else 24.0
 
-    engine = Engine(path)
-    seen: dict[int, int] = {}
-    while batch := engine.next_batch():
-        results = []
-        for r in batch:
-            k = seen.get(r.position, 0)
-            seen[r.position] = k + 1
-            spread = 0.08 if 8 <= r.position < 13 else 0.01
-            results.append(LaunchResult(level(r.position) * (1 + spread * ((k % 3) - 1))))
-        engine.feed(results)
-    assert engine.outcome is not None and engine.outcome.culprit is not None
-    assert engine.outcome.culprit.first_bad.position == 8
-    assert engine.set_aside.get(8)
-    warnings = _burst_warnings(engine)
+    def search(policy: Policy) -> Engine:
+        engine = Engine(path, policy)
+        seen: dict[int, int] = {}
+        while batch := engine.next_batch():
+            results = []
+            for r in batch:
+                k = seen.get(r.position, 0)
+                seen[r.position] = k + 1
+                spread = 0.08 if 8 <= r.position < 13 else 0.01
+                results.append(LaunchResult(level(r.position) * (1 + spread * ((k % 3) - 1))))
+            engine.feed(results)
+        assert engine.outcome is not None and engine.outcome.culprit is not None
+        assert engine.outcome.culprit.first_bad.position == 8
+        return engine
+
+    crossing_first = search(Policy())
+    assert not crossing_first.set_aside and not _burst_warnings(crossing_first)
+    every_step = search(Policy(all_steps=True))
+    assert every_step.set_aside.get(8)
+    warnings = _burst_warnings(every_step)
     steady = [w for w in warnings if "worse than the bad endpoint on every launch" in w]
     assert len(steady) == 1 and "position(s) 8" in steady[0], warnings
     bursts = [w for w in warnings if "bursts of slow launches" in w]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
+from perfbisect.bisect.audit import Audit
 from perfbisect.bisect.engine_state import (
     _Batch,
 )
@@ -22,10 +23,9 @@ from perfbisect.bisect.values import (
     _Segment,
     midpoint,
 )
-from perfbisect.bisect.verification import Verification
 
 
-class Endpoints(Verification):
+class Endpoints(Audit):
     """The endpoint phase: launches of the good and bad configuration, the threshold."""
 
     def _endpoints(self) -> Generator[_Batch, list[LaunchResult], bool]:

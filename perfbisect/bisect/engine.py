@@ -310,6 +310,8 @@ class Engine(Endpoints):
                 # level), before the range is called ambiguous.
                 yield self._request(mates, Purpose.SEARCH)
                 continue
+            if (yield from self._audit(seg, lo, hi)):
+                continue  # the launches as a whole doubt the crossing: judged again
             if i_hi - i_lo > 1:
                 n_open = i_hi - i_lo - 1
                 return Unfinished(
@@ -324,7 +326,8 @@ class Engine(Endpoints):
         a, b = self._possible(seg, lo), self._possible(seg, hi)
         effect = difference(a, b, self.rel_sd(), self.policy.noise.z)
         ok, note = self._verification(lo, hi, seg)
-        return Culprit(self.point(lo), self.point(hi), effect, ok, note)
+        confidence = self.audit_posterior.get(hi) if self._audited(seg) else None
+        return Culprit(self.point(lo), self.point(hi), effect, ok, note, confidence)
 
 
 # The value types live in values.py; importing them from here keeps working.

@@ -91,6 +91,8 @@ class EngineState:
         self._level_beyond_at = -1
         self._level_beyond_memo: dict[tuple[int, float], tuple[object, float | None]] = {}
         self._redone = False  # the endpoints were measured again and the search redone
+        self._audit_spent = 0  # launches the crossing's audit asked for (audit.py)
+        self.audit_posterior: dict[int, float] = {}  # a crossing's last audited posterior
         self._reopened: dict[int, int] = {}  # times a point's verdict was reopened (bursts)
         self._failing: dict[int, int] = {}  # failures in a row since the last value
         self.verdicts: dict[int, Verdict] = {}

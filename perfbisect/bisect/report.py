@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfbisect.bisect.audit import AUDIT_TARGET
 from perfbisect.bisect.engine import Culprit, Engine, Outcome, PointResult
 from perfbisect.bisect.report_model import (
     AttributionRow,
@@ -120,6 +121,7 @@ def _step(experiment: Experiment, engine: Engine, threshold: float | None, c: Cu
         commit=_commit_info(experiment, hi.config.get(COMMIT_AXIS))
         if axis == COMMIT_AXIS
         else None,
+        confidence=c.confidence,
     )
 
 
@@ -211,6 +213,7 @@ def build_report(
                 *_overlap_warnings(path, steps, threshold),
                 *_burst_warnings(engine),
                 *_taken_back(engine, outcome, experiment.metric.name),
+                *_low_confidence(outcome),
             ]
         ),
         search="all steps" if engine.policy.all_steps else "crossing first",
@@ -236,6 +239,20 @@ def _taken_back(engine: Engine, outcome: Outcome, unit: str) -> list[str]:
         f"change between it and position {end} took back part of the regression (not "
         "searched); the culprit's own effect is its step's (last good to first bad), not the "
         "endpoints' difference"
+    ]
+
+
+def _low_confidence(outcome: Outcome) -> list[str]:
+    """The crossing named although the launches as a whole leave it below the audit's target
+    (its extra launches were spent): said, with what would add evidence."""
+    step = outcome.culprit
+    if step is None or step.confidence is None or step.confidence >= AUDIT_TARGET:
+        return []
+    return [
+        f"the launches as a whole give position {step.first_bad.position} "
+        f"{step.confidence:.0%} of being the first configuration past the threshold (the "
+        f"search asks for {AUDIT_TARGET:.0%}; the launches it may add for that, three times "
+        "`--max-launches`, were spent): a larger `--max-launches` buys more"
     ]
 
 

@@ -68,6 +68,9 @@ class Step:
     verify_note: str | None = None
     crosses_threshold: bool = False
     commit: CommitInfo | None = None
+    # The posterior that this is the first configuration past the threshold (crossing first;
+    # None where it was not computed).
+    confidence: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +85,7 @@ class Step:
             "verify_note": self.verify_note,
             "crosses_threshold": self.crosses_threshold,
             "commit": asdict(self.commit) if self.commit else None,
+            "confidence": self.confidence,
         }
 
     @classmethod
@@ -99,6 +103,7 @@ class Step:
             verify_note=data.get("verify_note"),
             crosses_threshold=bool(data.get("crosses_threshold")),
             commit=CommitInfo(**commit) if commit else None,
+            confidence=data.get("confidence"),
         )
 
 

@@ -98,6 +98,10 @@ class Culprit:
     effect: Difference
     verified: bool  # the verification launches ran, agreed, and the effect excludes zero
     note: str | None = None  # why it is not verified, and what would settle it
+    # Crossing first: the posterior that this is the first configuration past the threshold,
+    # given every launch of the session in the order they ran (audit.py); None where no audit
+    # ran (every step mapped, a level gap's step, a culprit axis).
+    confidence: float | None = None
 
 
 @dataclass(frozen=True)

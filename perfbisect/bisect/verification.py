@@ -191,6 +191,13 @@ class Verification(Levels):
             return _CORRECTED
         return (yield from self._verify_single(seg, lo, hi, measured))
 
+    def _audited(self, seg: _Segment) -> bool:
+        """Is this segment's crossing checked by the audit (audit.py) before it is named?
+        Crossing first, on the whole path: the audit weighs every launch at once, so the
+        single-point rules it replaces (a lone crossing's extra launch, a verification launch
+        beyond the worse end measured again) stand aside there."""
+        return not self.policy.all_steps and seg is self._top
+
     def _lone_crossing(self, seg: _Segment, hi: int) -> bool:
         """Is ``hi`` judged past the step on two launches or fewer, with no crossed point within
         ``_LONE_GAP`` positions after it, on a machine that has shown a launch no level explains?
@@ -198,7 +205,7 @@ class Verification(Levels):
         crossed point, so the prior odds that the step lies right there are about 1 : gap, and
         two slow launches of a better point (an outlier, a burst at its verification) are what
         else explains its verdict; on such a machine two of them at one point happen."""
-        if hi in (seg.lo, seg.hi) or seg.verdicts.get(hi) is not Verdict.BAD:
+        if hi in (seg.lo, seg.hi) or seg.verdicts.get(hi) is not Verdict.BAD or self._audited(seg):
             return False
         if len(self._possible(seg, hi)) > 2:
             return False
@@ -294,7 +301,8 @@ class Verification(Levels):
             # no configuration has: outlier launches (two in a row happen). Until a launch at a
             # possible level is in, it is measured on (``_decide`` then sets them aside).
             beyond, possible = self._split_beyond(seg, hi)
-            pending = bool(beyond) and not possible and hi != seg.hi
+            # (Crossing first the audit reads such a launch with all the others instead.)
+            pending = bool(beyond) and not possible and hi != seg.hi and not self._audited(seg)
             if pending and len(self.launches.get(hi, [])) < self.policy.max_launches:
                 continue
             if pairs >= self.policy.verify_min_pairs and v_lo is not None and v_hi is not None:

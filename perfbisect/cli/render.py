@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from perfbisect.bisect.report_model import Fidelity, Report, Step
-from perfbisect.formatting import cfg, clock, interval, num
+from perfbisect.formatting import cfg, clock, confidence_text, interval, num
 
 STATUS_STYLE = {
     "found": "bold green",
@@ -128,6 +128,8 @@ def render_report(report: Report, out: Console | None = None) -> None:
                 f"effect: {eff.delta:+.4g} {escape(unit)} (interval {eff.lo:+.4g} .. "
                 f"{eff.hi:+.4g}); verified with interleaved launches: {verified}"
             )
+        if culprit.confidence is not None:
+            out.print(f"confidence: {confidence_text(culprit.confidence)}")
     if report.attribution:
         table = _table("axes switched to bad", "verdict", f"effect ({unit})", title="attribution")
         for row in report.attribution:

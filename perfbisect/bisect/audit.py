@@ -1,0 +1,143 @@
+"""The audit of a crossing before it is named: its posterior given every launch of the session
+(posterior.py), and what to launch when the launches do not make it likely enough.
+
+The search's verdicts each rest on one point's own launches; the audit reads them all at once,
+in the order they ran. A point judged past the threshold on launches that ran in a burst (slow
+neighbours in time, a level its path neighbours do not share) is judged again without them; a
+point whose side the launches leave in doubt is launched again. Crossing first, on the whole path
+(a level gap's search and a culprit axis's have their own rules).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Generator
+
+from perfbisect.bisect.engine_state import _Batch
+from perfbisect.bisect.posterior import CrossingPosterior, TimedLaunch, crossing_posterior
+from perfbisect.bisect.stats import Verdict, launch_times
+from perfbisect.bisect.values import LaunchResult, Purpose, _Segment
+from perfbisect.bisect.verification import Verification
+
+# The posterior a crossing needs before it is named without further launches.
+AUDIT_TARGET = 0.99
+# A verdict the posterior holds this unlikely is judged again (launches set aside or added).
+_DOUBT = 0.5
+# Launches the audit may add to one search, in units of --max-launches.
+_AUDIT_BUDGET = 3
+
+
+class Audit(Verification):
+    """The posterior check of a crossing (no launches but those it asks for)."""
+
+    def _audit_wanted(self, seg: _Segment) -> bool:
+        """May the audit still act on this segment's crossing (judge again, launch)?"""
+        return self._audited(seg) and self._audit_spent < _AUDIT_BUDGET * self.policy.max_launches
+
+    def crossing_posterior(self, seg: _Segment) -> tuple[CrossingPosterior, list[int], list[int]]:
+        """The posterior over the segment's measured points, those points (in path order), and
+        the launches it read (their indices into the launch order, in the order they ran)."""
+        launched: dict[int, tuple[int, float]] = {}
+        for source, seqs in ((self.launches, self.seq), (self.set_aside, self.set_aside_seq)):
+            for p, indices in seqs.items():
+                for i, v in zip(indices, source.get(p, [])):
+                    launched[i] = (p, v)
+        measured = sorted(
+            {p for p, _ in launched.values() if p in seg.index}, key=seg.index.__getitem__
+        )
+        k_of = {p: k for k, p in enumerate(measured)}
+        order = sorted(i for i, (p, _) in launched.items() if p in k_of)
+        values = [launched[i][1] for i in order]
+        times = launch_times([*values, seg.threshold], self.policy.higher_is_better)
+        assert times is not None  # an audit runs only on positive values (see _audit)
+        launches = [TimedLaunch(k_of[launched[i][0]], t) for i, t in zip(order, times)]
+        gaps = [0] + [seg.index[b] - seg.index[a] for a, b in itertools.pairwise(measured)]
+        post = crossing_posterior(launches, len(measured), gaps, times[-1], self.rel_sd())
+        return post, measured, order
+
+    def _audit(
+        self, seg: _Segment, lo: int, hi: int
+    ) -> Generator[_Batch, list[LaunchResult], bool]:
+        """Is the crossing at ``hi`` likely enough given every launch? A point between ``lo``
+        and ``hi`` left unclear on its own launches takes the side the launches as a whole give
+        it, when they give it one with the audit's confidence. If the crossing is not likely
+        enough, the verdict the launches most doubt is judged again: its launches that ran slow
+        are set aside (it is judged anew) or, with none, it is launched once more. True when
+        something changed (the search goes on); False when the crossing stands (or the audit's
+        launches are spent)."""
+        if not self._audited(seg) or any(v <= 0 for vs in self.launches.values() for v in vs):
+            return False
+        post, measured, order = self.crossing_posterior(seg)
+        if hi not in measured:
+            return False
+        j = measured.index(hi)
+        self.audit_posterior[hi] = post.crossing[j]  # what the report shows, spent or not
+        if not self._audit_wanted(seg):
+            return False
+        placed = False
+        slow_at = {i for i, q in zip(order, post.slow) if q >= 0.5}
+        for k in range(measured.index(lo) + 1, j) if lo in measured else ():
+            p = measured[k]
+            if seg.verdicts.get(p) is not Verdict.UNCLEAR or p in self.skip_reason:
+                continue
+            # A point whose launches split between levels (a flaky configuration) is not
+            # placed: its slow ones are no machine's bursts, it stays unresolved.
+            if 3 * len(slow_at.intersection(self.seq.get(p, []))) > len(self.seq.get(p, [])):
+                continue
+            past = post.past(k)
+            if past >= AUDIT_TARGET or past <= 1 - AUDIT_TARGET:
+                self._set_verdict(p, Verdict.BAD if past >= AUDIT_TARGET else Verdict.GOOD, seg)
+                placed = True
+        if placed:
+            return True
+        if post.crossing[j] >= AUDIT_TARGET:
+            return False
+        doubt: list[tuple[float, int]] = []
+        for k, p in enumerate(measured):
+            if p in (seg.lo, seg.hi) or p not in seg.verdicts:
+                continue
+            side = 1.0 if self._crossed(seg, p, seg.verdicts[p]) else 0.0
+            doubt.append((abs(side - post.past(k)), p))
+        if not doubt:
+            return False
+        # Among the points doubted nearly as much as the most doubted one, the one with the
+        # fewest launches (a launch says most there), then the nearest to the crossing.
+        top = max(d for d, _ in doubt)
+        worst, point = min(
+            (d for d in doubt if d[0] >= 0.8 * top),
+            key=lambda d: (
+                len(self.launches.get(d[1], [])),
+                abs(seg.index[d[1]] - seg.index[hi]),
+            ),
+        )
+        if worst >= _DOUBT and self._set_aside_slow(seg, point, post, order):
+            return True
+        if point in self.skip_reason or point in self.gave_up:
+            return False
+        self._audit_spent += 1
+        yield self._request([point], Purpose.VERIFY)
+        if point in seg.verdicts and point not in self.skip_reason:
+            verdict = self._decide(point, seg)
+            if verdict is not None and verdict is not seg.verdicts[point]:
+                self._set_verdict(point, verdict, seg)
+        return True
+
+    def _set_aside_slow(
+        self, seg: _Segment, point: int, post: CrossingPosterior, order: list[int]
+    ) -> bool:
+        """Set aside ``point``'s launches that the chain holds slow and judge it again (True);
+        False when none of its launches is held slow."""
+        slow_at = {i for i, q in zip(order, post.slow) if q >= 0.5}
+        seqs = self.seq.get(point, [])
+        if not slow_at.intersection(seqs):
+            return False
+        values = self.launches[point]
+        kept = [(i, v) for i, v in zip(seqs, values) if i not in slow_at]
+        self.set_aside.setdefault(point, []).extend(v for i, v in zip(seqs, values) if i in slow_at)
+        self.set_aside_seq.setdefault(point, []).extend(i for i in seqs if i in slow_at)
+        self.seq[point] = [i for i, _ in kept]
+        self.launches[point] = [v for _, v in kept]
+        if not kept:
+            del self.launches[point]
+        del seg.verdicts[point]
+        return True
