@@ -198,22 +198,31 @@ def test_endpoints_that_do_not_differ_are_not_reproduced() -> None:
     assert len(order) >= 2 * Policy().endpoint_confirm_launches
 
 
-def test_a_good_endpoint_measured_mostly_in_bursts_is_said_to_have_no_level() -> None:
+def test_a_good_endpoint_measured_mostly_in_bursts_is_judged_on_its_fast_launches() -> None:
     # Six of the good endpoint's ten launches ran 1.5-1.9x slow (a busy machine, as in seeded
-    # real-history worlds 73, 502, 1094 and 1947): its median sits at the bad level and the
-    # endpoints "do not differ". The message says why: its launches fall at two levels, so
-    # its median is no level (and which launch was fastest).
+    # real-history worlds 73, 502, 1094 and 1947): its median sits at the bad level, and until
+    # the endpoints were read in the order they ran the search said they "do not differ". The
+    # bad endpoint's launches ran slow at the same times (the endpoints are interleaved): a
+    # burst of the machine, not a flaky good endpoint (test_posterior.py has that one). The
+    # slow launches of both ends are set aside and the search goes on.
     values = {  # world 73's endpoint launches, in order (the true levels: 50 and 78 ms)
         0: [83.0, 75.0, 90.0, 86.0, 52.0, 51.0, 96.0, 87.0, 50.0, 52.0],
         8: [80.0, 141.0, 137.0, 78.0, 80.0, 75.0, 76.0, 149.0, 125.0, 81.0, 75.0],
     }
+
+    def script(pos: int, k: int) -> float:
+        if pos in values and k < len(values[pos]):
+            return values[pos][k]
+        return 50.0 if pos < 5 else 78.0
+
     engine = Engine(path(8))
-    drive(engine, lambda pos, k: values[pos][k])
+    drive(engine, script)
     outcome = engine.outcome
-    assert outcome is not None and outcome.status is Status.NOT_REPRODUCED, outcome.message
-    assert "the good endpoint's 10 launches fall at two levels (6 of them" in outcome.message
-    assert "fastest, 50)" in outcome.message
-    assert "bad endpoint's" not in outcome.message  # its slow launches are a minority
+    assert outcome is not None and outcome.status is Status.FOUND, outcome.message
+    assert outcome.culprit is not None and outcome.culprit.first_bad.position == 5
+    assert sorted(engine.set_aside[0]) == [75.0, 83.0, 86.0, 87.0, 90.0, 96.0]
+    assert sorted(engine.set_aside[8]) == [125.0, 137.0, 141.0, 149.0]
+    assert outcome.threshold == pytest.approx(math.sqrt(51.0 * 78.0), rel=0.03)
 
 
 def test_failed_endpoint_stops_with_reason() -> None:
@@ -619,13 +628,15 @@ def test_plateau_pooling_keeps_outliers_out_and_takes_an_unmeasured_mate(trial: 
     assert result.launches <= 40
 
 
-def _real_history_world(trial: int) -> tuple[Engine, Any]:
+def _real_history_world(trial: int, seed: int = 1) -> tuple[Engine, Any]:
     """The search benchmark's real-history scenario (two real steps, creep, bursts of a shared
-    machine, one commit that cannot run; derived threshold) for one seeded trial, searched with
-    the default policy: the engine after the search and the world."""
+    machine, one commit that cannot run; derived threshold) for one seeded trial (of the
+    benchmark's ``--seed``), searched with the default policy: the engine after the search and
+    the world."""
     import random
 
-    world = _search_bench().real_history(1024, random.Random(1_000_003 + trial), 0.04, 0.03, False)
+    rng = random.Random(seed * 1_000_003 + trial)
+    world = _search_bench().real_history(1024, rng, 0.04, 0.03, False)
     engine = Engine(path(len(world.levels) - 1))
     drive(engine, lambda pos, k: world.launch(pos))
     return engine, world

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from perfbisect.bisect.engine import Engine, LaunchResult, Policy, Purpose
+from perfbisect.bisect.engine import Engine, LaunchResult, Policy, Purpose, Status
 from perfbisect.bisect.posterior import TimedLaunch, crossing_posterior
 from perfbisect.config import Configuration
 
@@ -138,3 +138,64 @@ def test_seeded_real_history_worlds_the_audit_corrects(
     monkeypatch.setattr(Audit, "_audit_wanted", lambda self, seg: False)
     engine, world = _real_history_world(trial)
     assert _named(engine) != world.culprit
+
+
+@pytest.mark.parametrize("trial", [73, 1094, 1947])
+def test_a_burst_over_the_endpoint_phase_is_set_aside_from_both_ends(trial: int) -> None:
+    # Seeded real-history worlds whose endpoint phase ran mostly in bursts (B G B G ...
+    # interleaved: both ends slowed alike, the good end's median at the bad level): the search
+    # said the endpoints do not differ. Read in the order they ran, the slow launches of both
+    # ends are set aside and the ends judged on the others.
+    from test_engine import _named, _real_history_world
+
+    engine, world = _real_history_world(trial)
+    assert _named(engine) == world.culprit, engine.outcome and engine.outcome.message
+    assert engine.set_aside.get(0) and engine.set_aside.get(len(world.levels) - 1)
+    assert all(v > 1.3 * world.levels[0] for v in engine.set_aside[0])
+
+
+def test_a_flaky_good_endpoint_is_not_taken_for_a_burst() -> None:
+    # The good endpoint measures at the bad level on two launches of every three (a flaky
+    # configuration, the bad endpoint steady): no burst of the machine, which would slow both
+    # ends alike, shows; the endpoints stay "not reproduced", nothing set aside.
+    def script(pos: int, k: int) -> float:
+        if pos == 0:
+            return (78.0, 78.0, 50.0)[k % 3] * (1 + 0.01 * (k % 3))
+        return 78.0 * (1 + 0.01 * (k % 3))
+
+    engine = Engine([Configuration.of({"commit": str(i)}) for i in range(17)])
+    _drive(engine, script)
+    assert engine.outcome is not None and engine.outcome.status is Status.NOT_REPRODUCED
+    assert not engine.set_aside
+
+
+@pytest.mark.parametrize("trial", [1701])
+def test_an_endpoint_contradicted_twice_by_a_long_burst_is_measured_again(trial: int) -> None:
+    # A seeded real-history world: the bad endpoint's first launches, and again its launches
+    # when the endpoints were measured again, ran in bursts (1.7-1.9x), so the threshold sat
+    # above the bad level and the search ended "ambiguous" when the endpoint measured normal at
+    # the end. Read in order, those launches are slow: set aside, the endpoints are measured a
+    # second time and the search finds the culprit.
+    from test_engine import _named, _real_history_world
+
+    engine, world = _real_history_world(trial)
+    assert _named(engine) == world.culprit, engine.outcome and engine.outcome.message
+    assert engine.outcome is not None
+    assert "measured once more and the search redone" in engine.outcome.message
+    assert engine.set_aside.get(len(world.levels) - 1)
+
+
+@pytest.mark.parametrize("trial", [1866, 1881])
+def test_points_all_better_than_a_slow_good_end_have_the_endpoints_measured_again(
+    trial: int,
+) -> None:
+    # Seeded real-history worlds of the benchmark's seed 3: the first three launches (both
+    # endpoints) ran in one burst, the threshold came out above every level, and every point
+    # between measured 10-15% better than the good endpoint's one launch: significant together,
+    # though not by the whole minimum effect. The endpoints are measured again.
+    from test_engine import _named, _real_history_world
+
+    engine, world = _real_history_world(trial, seed=3)
+    assert _named(engine) == world.culprit, engine.outcome and engine.outcome.message
+    assert engine.outcome is not None
+    assert "clearly better than the good endpoint" in engine.outcome.message

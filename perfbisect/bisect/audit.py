@@ -14,7 +14,12 @@ import itertools
 from collections.abc import Generator
 
 from perfbisect.bisect.engine_state import _Batch
-from perfbisect.bisect.posterior import CrossingPosterior, TimedLaunch, crossing_posterior
+from perfbisect.bisect.posterior import (
+    CrossingPosterior,
+    TimedLaunch,
+    crossing_posterior,
+    slow_launches,
+)
 from perfbisect.bisect.stats import Verdict, launch_times
 from perfbisect.bisect.values import LaunchResult, Purpose, _Segment
 from perfbisect.bisect.verification import Verification
@@ -25,6 +30,8 @@ AUDIT_TARGET = 0.99
 _DOUBT = 0.5
 # Launches the audit may add to one search, in units of --max-launches.
 _AUDIT_BUDGET = 3
+# Redos of the search after an endpoint's slow launches were set aside, beyond the first one.
+_END_REDOS = 1
 
 
 class Audit(Verification):
@@ -140,4 +147,63 @@ class Audit(Verification):
         if not kept:
             del self.launches[point]
         del seg.verdicts[point]
+        return True
+
+    def _set_aside_endpoint_bursts(self) -> bool:
+        """The endpoints' launches read in the order they ran, when they did not differ: if
+        both ends have launches the chain holds slow (a burst of the machine over the endpoint
+        phase slows both alike; a flaky configuration slows only itself), those are set aside,
+        provided two launches of each end stay and the ends then differ clearly. True when they
+        were set aside."""
+        ends = (0, self.bad_end)
+        order = sorted(i for p in ends for i in self.seq.get(p, []))
+        point_of = {i: k for k, p in enumerate(ends) for i in self.seq.get(p, [])}
+        value_of = {
+            i: v for p in ends for i, v in zip(self.seq.get(p, []), self.launches.get(p, []))
+        }
+        times = launch_times([value_of[i] for i in order], self.policy.higher_is_better)
+        if times is None or len(order) < 4:
+            return False
+        timed = [TimedLaunch(point_of[i], t) for i, t in zip(order, times)]
+        slow = slow_launches(timed, 2, [0, len(self.path) - 1], self.rel_sd())
+        flagged = {i for i, q in zip(order, slow) if q >= 0.5}
+        kept = {
+            p: [v for i, v in zip(self.seq[p], self.launches[p]) if i not in flagged] for p in ends
+        }
+        if any(len(kept[p]) == len(self.launches[p]) for p in ends):
+            return False  # one end alone ran slow: no burst of the machine shows
+        better, worse = kept[ends[0]], kept[ends[1]]
+        if min(len(better), len(worse)) < 2 or not self._clearly_worse(better, worse):
+            return False
+        for p in ends:
+            seqs = self.seq[p]
+            self.set_aside.setdefault(p, []).extend(
+                v for i, v in zip(seqs, self.launches[p]) if i in flagged
+            )
+            self.set_aside_seq.setdefault(p, []).extend(i for i in seqs if i in flagged)
+            self.seq[p] = [i for i in seqs if i not in flagged]
+            self.launches[p] = kept[p]
+        return True
+
+    def _set_aside_slow_end(self, end: int) -> bool:
+        """An endpoint contradicted its verdict a second time: set aside its launches that the
+        launches read in order hold slow (a burst that lasted over its first launches and its
+        first re-measuring), keeping one at least. True when some were (the endpoints are then
+        measured again); at most ``_END_REDOS`` times a search."""
+        top = self._top
+        if top is None or self._end_redos >= _END_REDOS or not self.launches.get(end):
+            return False
+        if any(v <= 0 for vs in self.launches.values() for v in vs):
+            return False
+        post, _, order = self.crossing_posterior(top)
+        flagged = {i for i, q in zip(order, post.slow) if q >= 0.5}
+        seqs, values = self.seq[end], self.launches[end]
+        kept = [(i, v) for i, v in zip(seqs, values) if i not in flagged]
+        if not kept or len(kept) == len(values):
+            return False
+        self.set_aside.setdefault(end, []).extend(v for i, v in zip(seqs, values) if i in flagged)
+        self.set_aside_seq.setdefault(end, []).extend(i for i in seqs if i in flagged)
+        self.seq[end] = [i for i, _ in kept]
+        self.launches[end] = [v for _, v in kept]
+        self._end_redos += 1
         return True

@@ -130,6 +130,12 @@ class Endpoints(Audit):
             return True
         worse = self._worse_by(g, b)
         big_enough = worse.delta >= self.policy.min_effect * abs(est_g.median)
+        if not (worse.lo > 0 and big_enough) and self._set_aside_endpoint_bursts():
+            # A burst of the machine slowed both ends alike: judged on their other launches.
+            g, b = self.launches[good], self.launches[bad]
+            est_g, est_b = self._estimate(g), self._estimate(b)
+            worse = self._worse_by(g, b)
+            big_enough = worse.delta >= self.policy.min_effect * abs(est_g.median)
         if worse.lo > 0 and big_enough:
             self.threshold = midpoint(est_g.median, est_b.median)
             self._set_verdict(good, Verdict.GOOD)

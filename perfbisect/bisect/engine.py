@@ -57,14 +57,21 @@ class Engine(Endpoints):
         self._top = _Segment(list(range(last + 1)), self.threshold)
         found = yield from self._steps(self._top)
         remeasured = ""
-        if isinstance(found, Unfinished) and found.flipped_end is not None and not self._redone:
+        while (
+            isinstance(found, Unfinished)
+            and found.flipped_end is not None
+            and (not self._redone or self._set_aside_slow_end(found.flipped_end))
+        ):
             # An endpoint judged on the other side late in the search: a burst at the start
             # can have set a wrong threshold (all of the first endpoint launches slow). Judge
-            # the endpoints again on more launches, once, and search anew; the launches made
-            # so far count.
+            # the endpoints again on more launches and search anew; the launches made so far
+            # count. Once; again only while the launches read in order hold some of that
+            # endpoint's launches slow (they are set aside first): a burst that outlasted the
+            # first re-measuring.
             which = "good" if found.flipped_end == 0 else "bad"
             why = found.redo_why or f"the {which} endpoint contradicted its first verdict"
-            remeasured = f"; {why}, so the endpoints were measured again and the search redone"
+            again = " once more" if self._redone else " again"
+            remeasured += f"; {why}, so the endpoints were measured{again} and the search redone"
             self._redone = True
             self.seen_gaps.clear()
             self.creep_gaps.clear()

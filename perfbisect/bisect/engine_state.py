@@ -92,6 +92,7 @@ class EngineState:
         self._level_beyond_memo: dict[tuple[int, float], tuple[object, float | None]] = {}
         self._redone = False  # the endpoints were measured again and the search redone
         self._audit_spent = 0  # launches the crossing's audit asked for (audit.py)
+        self._end_redos = 0  # redos after an endpoint's slow launches were set aside
         self.audit_posterior: dict[int, float] = {}  # a crossing's last audited posterior
         self._reopened: dict[int, int] = {}  # times a point's verdict was reopened (bursts)
         self._failing: dict[int, int] = {}  # failures in a row since the last value

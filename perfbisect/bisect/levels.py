@@ -184,7 +184,10 @@ class Levels(SlowLaunches):
             if p in seg.index and p not in (seg.lo, seg.hi)
         ]
         # One point beyond the noise by the margin that no level explains (outliers are
-        # 1.3-2x), or the points judged good all together.
+        # 1.3-2x), or the points judged good all together (significantly, by the minimum
+        # effect: several points between the ends all better than the good end's launches say
+        # more than any one of them; a burst over the first three launches of a session had
+        # put every level below the good end by 10-15% and the threshold above them all).
         if any(
             sign * (level - self._level_of(values) * (1 + sign * BURST_MARGIN)) > 0
             and self._clearly_worse(values, good)
@@ -194,7 +197,7 @@ class Levels(SlowLaunches):
         judged_good = [
             v for p, values in inner if seg.verdicts.get(p) is Verdict.GOOD for v in values
         ]
-        return len(judged_good) >= 3 and self._clearly_worse(judged_good, good, strict=True)
+        return len(judged_good) >= 3 and self._clearly_worse(judged_good, good)
 
     def _spent(self, seg: _Segment, position: int) -> bool:
         """Has ``position`` had its launches? Launches set aside as beyond the segment's worse

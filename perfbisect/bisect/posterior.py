@@ -155,6 +155,19 @@ def crossing_posterior(
     return CrossingPosterior(crossing, slow, start, stay)
 
 
+def slow_launches(
+    launches: Sequence[TimedLaunch], points: int, gaps: Sequence[int], rel_sd: float
+) -> list[float]:
+    """Each launch's probability of having run slow (in the order given), when no threshold is
+    known yet (the endpoints' own launches): the levels' most likely division and the chain do
+    not depend on one, only the crossing does, so any threshold between the points serves."""
+    by_point: dict[int, float] = {}
+    for launch in launches:
+        by_point[launch.point] = min(launch.time, by_point.get(launch.point, math.inf))
+    placeholder = math.sqrt(by_point[0] * by_point[points - 1])
+    return crossing_posterior(launches, points, gaps, placeholder, rel_sd).slow
+
+
 def _crossing_by_runs(
     point_ll: Sequence[Sequence[float]],
     grid: Sequence[float],
