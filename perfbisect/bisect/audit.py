@@ -135,17 +135,9 @@ class Audit(Verification):
         """Set aside ``point``'s launches that the chain holds slow and judge it again (True);
         False when none of its launches is held slow."""
         slow_at = {i for i, q in zip(order, post.slow) if q >= 0.5}
-        seqs = self.seq.get(point, [])
-        if not slow_at.intersection(seqs):
+        if not slow_at.intersection(self.seq.get(point, [])):
             return False
-        values = self.launches[point]
-        kept = [(i, v) for i, v in zip(seqs, values) if i not in slow_at]
-        self.set_aside.setdefault(point, []).extend(v for i, v in zip(seqs, values) if i in slow_at)
-        self.set_aside_seq.setdefault(point, []).extend(i for i in seqs if i in slow_at)
-        self.seq[point] = [i for i, _ in kept]
-        self.launches[point] = [v for _, v in kept]
-        if not kept:
-            del self.launches[point]
+        self._set_aside_launches(point, slow_at)
         del seg.verdicts[point]
         return True
 
@@ -176,13 +168,7 @@ class Audit(Verification):
         if min(len(better), len(worse)) < 2 or not self._clearly_worse(better, worse):
             return False
         for p in ends:
-            seqs = self.seq[p]
-            self.set_aside.setdefault(p, []).extend(
-                v for i, v in zip(seqs, self.launches[p]) if i in flagged
-            )
-            self.set_aside_seq.setdefault(p, []).extend(i for i in seqs if i in flagged)
-            self.seq[p] = [i for i in seqs if i not in flagged]
-            self.launches[p] = kept[p]
+            self._set_aside_launches(p, flagged)
         return True
 
     def _set_aside_slow_end(self, end: int) -> bool:
@@ -197,13 +183,9 @@ class Audit(Verification):
             return False
         post, _, order = self.crossing_posterior(top)
         flagged = {i for i, q in zip(order, post.slow) if q >= 0.5}
-        seqs, values = self.seq[end], self.launches[end]
-        kept = [(i, v) for i, v in zip(seqs, values) if i not in flagged]
-        if not kept or len(kept) == len(values):
+        slow = flagged.intersection(self.seq[end])
+        if not slow or len(slow) == len(self.seq[end]):
             return False
-        self.set_aside.setdefault(end, []).extend(v for i, v in zip(seqs, values) if i in flagged)
-        self.set_aside_seq.setdefault(end, []).extend(i for i in seqs if i in flagged)
-        self.seq[end] = [i for i, _ in kept]
-        self.launches[end] = [v for _, v in kept]
+        self._set_aside_launches(end, slow)
         self._end_redos += 1
         return True

@@ -221,6 +221,22 @@ class EngineState:
             seen,
         )
 
+    def _set_aside_launches(self, position: int, indices: set[int]) -> list[float]:
+        """Take ``position``'s launches whose index into the launch order is in ``indices``
+        out of its evidence (they stay on record in ``set_aside``, and in the store and the
+        log); returns the launches it keeps. With none kept, it has no launches to judge."""
+        seqs, values = self.seq.get(position, []), self.launches.get(position, [])
+        kept = [(i, v) for i, v in zip(seqs, values) if i not in indices]
+        self.set_aside.setdefault(position, []).extend(
+            v for i, v in zip(seqs, values) if i in indices
+        )
+        self.set_aside_seq.setdefault(position, []).extend(i for i in seqs if i in indices)
+        self.seq[position] = [i for i, _ in kept]
+        self.launches[position] = [v for _, v in kept]
+        if not kept:
+            del self.launches[position]
+        return self.launches.get(position, [])
+
     def _request(self, positions: Sequence[int], purpose: Purpose) -> _Batch:
         return [LaunchRequest(p, self.path[p], purpose) for p in positions]
 

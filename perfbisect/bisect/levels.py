@@ -239,15 +239,7 @@ class Levels(SlowLaunches):
                 continue
             if self._reopened.get(p, 0) >= _REOPEN_MAX:
                 continue  # judged again often enough: its launches stand as they are
-            kept = [(i, v) for i, v in zip(seqs, self.launches[p]) if i not in suspect]
-            self.set_aside.setdefault(p, []).extend(
-                v for i, v in zip(seqs, self.launches[p]) if i in suspect
-            )
-            self.set_aside_seq.setdefault(p, []).extend(i for i in seqs if i in suspect)
-            self.seq[p] = [i for i, _ in kept]
-            self.launches[p] = [v for _, v in kept]
-            if not kept:
-                del self.launches[p]
+            self._set_aside_launches(p, suspect)
             del seg.verdicts[p]
             self._reopened[p] = self._reopened.get(p, 0) + 1
             reopened = True
