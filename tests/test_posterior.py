@@ -10,6 +10,7 @@ import pytest
 
 from perfbisect.bisect.engine import Engine, LaunchResult, Policy, Purpose, Status
 from perfbisect.bisect.posterior import TimedLaunch, crossing_posterior
+from perfbisect.bisect.stats import Verdict
 from perfbisect.config import Configuration
 
 
@@ -199,3 +200,24 @@ def test_points_all_better_than_a_slow_good_end_have_the_endpoints_measured_agai
     assert _named(engine) == world.culprit, engine.outcome and engine.outcome.message
     assert engine.outcome is not None
     assert "clearly better than the good endpoint" in engine.outcome.message
+
+
+def test_a_crossing_named_below_the_audit_target_is_said_in_the_report() -> None:
+    # The audit's launches are bounded (three times --max-launches); a crossing it could not
+    # bring to 99% is still named, and the report says how likely the launches make it.
+    from perfbisect.bisect.report import _low_confidence
+    from perfbisect.bisect.stats import Difference
+    from perfbisect.bisect.values import Culprit, Outcome, PointResult
+
+    def point(position: int) -> PointResult:
+        return PointResult(position, Configuration.of({"commit": str(position)}), Verdict.BAD, None)
+
+    def outcome(confidence: float | None) -> Outcome:
+        culprit = Culprit(point(6), point(7), Difference(10.0, 8.0, 12.0), True, None, confidence)
+        return Outcome(Status.FOUND, 22.0, "found", culprit, (), 9, 12, (culprit,))
+
+    warned = _low_confidence(outcome(0.93))
+    assert len(warned) == 1 and "position 7 93% of being the first configuration" in warned[0]
+    assert "--max-launches" in warned[0]
+    assert _low_confidence(outcome(0.995)) == []
+    assert _low_confidence(outcome(None)) == []  # no audit ran (every step mapped)

@@ -556,8 +556,12 @@ def test_a_culprit_worse_than_the_bad_endpoint_is_said_and_not_blamed_on_the_mac
     taken = [w for w in report["warnings"] if "took back part of the regression" in w]
     assert len(taken) == 1 and "position 8 measured worse than the bad endpoint" in taken[0]
     assert not [w for w in report["warnings"] if "burst" in w], report["warnings"]
+    # the crossing's posterior, given every launch in the order it ran, in JSON and text
+    assert report["culprit"]["confidence"] >= 0.99
+    assert not [w for w in report["warnings"] if "of being the first configuration" in w]
     text = cli.run("bisect", "report", str(report["session"])).stdout
     assert "took back part of the regression" in " ".join(text.split())
+    assert "confidence: " in text and "that this is the first configuration past" in text
 
 
 def test_an_ordinary_step_says_nothing_was_taken_back() -> None:
