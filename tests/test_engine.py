@@ -820,11 +820,15 @@ def test_a_lone_first_bad_point_on_a_clean_machine_is_verified_with_one_launch()
 def test_a_lone_crossing_on_the_real_history_is_verified_again() -> None:
     # Seeded world 1668: good point 91 measured 87 ms (beyond the bad end) at its search
     # launch and 78 (at the bad level) at its verification, every point the search judged
-    # below it was good, and it was named as the crossing (13 launches). One more launch
-    # (48 ms) places it with the good ones and the search finds the culprit 161.
+    # below it was good, and it was named as the crossing (13 launches). Weighed with every
+    # other launch, its slow launch no longer holds it past the threshold once the points
+    # below it come out good: it is judged again (launched once more, or that launch set
+    # aside) and the search finds the culprit 161.
     engine, world = _real_history_world(1668)
     assert _named(engine) == world.culprit == 161, engine.outcome and engine.outcome.message
-    assert len(engine.launches[91]) + len(engine.set_aside.get(91, [])) >= 3
+    # its slow launch is out of the evidence (on record in set_aside), nothing holds it bad
+    assert any(v > 80 for v in engine.set_aside.get(91, [])), engine.set_aside.get(91)
+    assert engine.verdicts.get(91) is not Verdict.BAD
 
 
 def test_a_slow_launch_and_a_burst_after_it_are_not_a_level_of_their_own() -> None:
@@ -837,8 +841,7 @@ def test_a_slow_launch_and_a_burst_after_it_are_not_a_level_of_their_own() -> No
     engine, world = _real_history_world(693)
     assert _named(engine) == world.culprit == 123, engine.outcome and engine.outcome.message
     kept = engine.launches.get(91, [])
-    assert not kept or min(kept) < 60, kept
-    assert len(engine.set_aside.get(91, [])) >= 2
+    assert (kept and min(kept) < 60) or len(engine.set_aside.get(91, [])) >= 2, kept
 
 
 def test_a_good_endpoint_slowed_by_bursts_on_most_launches_is_judged_on_its_fast_ones() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Generator
 
-from perfbisect.bisect.engine_state import _Batch
+from perfbisect.bisect.engine_state import _Batch, _Posterior
 from perfbisect.bisect.posterior import (
     CrossingPosterior,
     TimedLaunch,
@@ -30,6 +30,9 @@ AUDIT_TARGET = 0.99
 _DOUBT = 0.5
 # Launches the audit may add to one search, in units of --max-launches.
 _AUDIT_BUDGET = 3
+# A verdict past the threshold that every launch, read in order, makes less likely than this is
+# judged again during the search (the audit's target is for the crossing named at the end).
+_EARLY_DOUBT = 0.2
 # Redos of the search after an endpoint's slow launches were set aside, beyond the first one.
 _END_REDOS = 1
 
@@ -41,9 +44,23 @@ class Audit(Verification):
         """May the audit still act on this segment's crossing (judge again, launch)?"""
         return self._audited(seg) and self._audit_spent < _AUDIT_BUDGET * self.policy.max_launches
 
-    def crossing_posterior(self, seg: _Segment) -> tuple[CrossingPosterior, list[int], list[int]]:
+    def crossing_posterior(self, seg: _Segment) -> _Posterior:
         """The posterior over the segment's measured points, those points (in path order), and
-        the launches it read (their indices into the launch order, in the order they ran)."""
+        the launches it read (their indices into the launch order, in the order they ran).
+        Computed again only when a launch came in or was set aside (it reads nothing else)."""
+        key = (
+            id(seg),
+            seg.threshold,
+            len(self.in_order),
+            sum(len(v) for v in self.set_aside_seq.values()),
+        )
+        if self._posterior_memo is not None and self._posterior_memo[0] == key:
+            return self._posterior_memo[1]
+        result = self._compute_posterior(seg)
+        self._posterior_memo = (key, result)
+        return result
+
+    def _compute_posterior(self, seg: _Segment) -> tuple[CrossingPosterior, list[int], list[int]]:
         launched: dict[int, tuple[int, float]] = {}
         for source, seqs in ((self.launches, self.seq), (self.set_aside, self.set_aside_seq)):
             for p, indices in seqs.items():
@@ -99,12 +116,14 @@ class Audit(Verification):
             return True
         if post.crossing[j] >= AUDIT_TARGET:
             return False
-        doubt: list[tuple[float, int]] = []
-        for k, p in enumerate(measured):
-            if p in (seg.lo, seg.hi) or p not in seg.verdicts:
-                continue
-            side = 1.0 if self._crossed(seg, p, seg.verdicts[p]) else 0.0
-            doubt.append((abs(side - post.past(k)), p))
+        # How much each point's side as the crossing at ``hi`` has it (before it, below the
+        # threshold; from it on, past it) is in doubt; also points whose launches were all set
+        # aside and that have no verdict now.
+        doubt = [
+            (abs(float(k >= j) - post.past(k)), p)
+            for k, p in enumerate(measured)
+            if p not in (seg.lo, seg.hi) and p not in self.skip_reason and p not in self.gave_up
+        ]
         if not doubt:
             return False
         # Among the points doubted nearly as much as the most doubted one, the one with the
@@ -117,10 +136,12 @@ class Audit(Verification):
                 abs(seg.index[d[1]] - seg.index[hi]),
             ),
         )
-        if worst >= _DOUBT and self._set_aside_slow(seg, point, post, order):
+        if (
+            worst >= _DOUBT
+            and point in seg.verdicts
+            and self._set_aside_slow(seg, point, post, order)
+        ):
             return True
-        if point in self.skip_reason or point in self.gave_up:
-            return False
         self._audit_spent += 1
         yield self._request([point], Purpose.VERIFY)
         if point in seg.verdicts and point not in self.skip_reason:
@@ -189,3 +210,30 @@ class Audit(Verification):
         self._set_aside_launches(end, slow)
         self._end_redos += 1
         return True
+
+    def _recheck_doubted(self, seg: _Segment) -> Generator[_Batch, list[LaunchResult], bool]:
+        """During the search, crossing first: a point judged past the threshold that every
+        launch read in order makes less than ``_EARLY_DOUBT`` likely to be past it (its
+        launches ran in a burst; or its one launch reads like a better point's slow launch now
+        that the points below it came out good, so the crossing is likelier above it) is judged
+        again before the search builds on it: its launches the chain holds slow set aside, or
+        one more launch. Once per point. True when it did."""
+        if not self._audit_wanted(seg) or any(v <= 0 for vs in self.launches.values() for v in vs):
+            return False
+        post, measured, order = self.crossing_posterior(seg)
+        for k, p in enumerate(measured):
+            if p in (seg.lo, seg.hi) or p not in seg.verdicts or p in self._rechecked:
+                continue
+            if not self._crossed(seg, p, seg.verdicts[p]) or post.past(k) >= _EARLY_DOUBT:
+                continue
+            self._rechecked.add(p)
+            if self._set_aside_slow(seg, p, post, order):
+                return True
+            if p in self.skip_reason or p in self.gave_up:
+                continue
+            yield self._request([p], Purpose.VERIFY)
+            verdict = self._decide(p, seg)
+            if verdict is not None and p in seg.verdicts and verdict is not seg.verdicts[p]:
+                self._set_verdict(p, verdict, seg)
+            return True
+        return False

@@ -257,6 +257,8 @@ class Engine(Endpoints):
                 )
             if (yield from self._refine_threshold(seg)):
                 continue
+            if (yield from self._recheck_doubted(seg)):
+                continue
             # Segment ends keep their verdicts (a flip ends the search), so the bracket exists.
             i_lo, i_hi = self._bracket(seg)
             lo, hi = seg.order[i_lo], seg.order[i_hi]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 
+from perfbisect.bisect.posterior import CrossingPosterior
 from perfbisect.bisect.stats import (
     OUTLIER_RATIO,
     Difference,
@@ -41,6 +42,8 @@ from perfbisect.bisect.values import (
 from perfbisect.config import Configuration
 
 _Batch = list[LaunchRequest]
+# A segment's crossing posterior, its measured points and the launches it read (audit.py).
+_Posterior = tuple[CrossingPosterior, list[int], list[int]]
 _Search = Generator[_Batch, list[LaunchResult], None]
 _MAX_STEPS = 4  # steps reported at most: each further one costs a whole binary search
 _CORRECTED = -1  # from _verify: a verdict was corrected, the bracket moved (search on)
@@ -93,6 +96,9 @@ class EngineState:
         self._redone = False  # the endpoints were measured again and the search redone
         self._audit_spent = 0  # launches the crossing's audit asked for (audit.py)
         self._end_redos = 0  # redos after an endpoint's slow launches were set aside
+        self._rechecked: set[int] = set()  # crossed points the audit judged again mid-search
+        # audit.py's last posterior and what it was computed from (launches, set-asides)
+        self._posterior_memo: tuple[object, _Posterior] | None = None
         self.audit_posterior: dict[int, float] = {}  # a crossing's last audited posterior
         self._reopened: dict[int, int] = {}  # times a point's verdict was reopened (bursts)
         self._failing: dict[int, int] = {}  # failures in a row since the last value

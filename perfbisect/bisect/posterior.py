@@ -32,6 +32,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+from numpy.typing import NDArray
+
 # A slow launch is this many times its level (log-uniform between), with soft edges beyond.
 _SLOW_LO, _SLOW_HI = 1.15, 3.0
 _SLOW_EDGE_LO, _SLOW_EDGE_HI = 0.03, 0.3  # how fast its density falls off past each edge
@@ -72,6 +75,17 @@ class CrossingPosterior:
         return sum(self.crossing[: point + 1])
 
 
+def _logsumexp_last(values: NDArray[np.float64]) -> NDArray[np.float64]:
+    """log(sum(exp)) over the last axis; -inf where every entry is -inf (or there is none)."""
+    if values.shape[-1] == 0:
+        return np.full(values.shape[:-1], -np.inf)
+    top = np.max(values, axis=-1, keepdims=True)
+    safe = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        out = np.log(np.sum(np.exp(values - safe), axis=-1)) + safe[..., 0]
+    return np.where(np.isfinite(top[..., 0]), out, -np.inf)
+
+
 def _logsumexp(values: Sequence[float]) -> float:
     top = max(values, default=-math.inf)
     if top == -math.inf:
@@ -102,6 +116,17 @@ def _log_slow(u: float) -> float:
     return _LOG_SLOW
 
 
+def _log_normal_grid(u: NDArray[np.float64], sd: float) -> NDArray[np.float64]:
+    return -0.5 * (u / sd) ** 2 - math.log(sd) - 0.5 * _LOG_2PI
+
+
+def _log_slow_grid(u: NDArray[np.float64]) -> NDArray[np.float64]:
+    lo, hi = math.log(_SLOW_LO), math.log(_SLOW_HI)
+    below = _LOG_SLOW - (lo - u) / _SLOW_EDGE_LO
+    above = _LOG_SLOW - (u - hi) / _SLOW_EDGE_HI
+    return np.where(u < lo, below, np.where(u > hi, above, _LOG_SLOW))
+
+
 def crossing_posterior(
     launches: Sequence[TimedLaunch],
     points: int,
@@ -121,7 +146,7 @@ def crossing_posterior(
     grid = [lo_x + step * (k + 0.5) for k in range(max(1, math.ceil((hi_x - lo_x) / step)))]
     log_density = math.log(step / (hi_x - lo_x))  # a run's flat level prior, per grid cell
     log_t = math.log(threshold)
-    below = [g < log_t for g in grid]
+    below = np.asarray([g < log_t for g in grid])
     total = sum(gaps[1:points])
     rate = changes / max(total, 1)
     log_change = [0.0] * points
@@ -133,16 +158,17 @@ def crossing_posterior(
     q = [start / (1 - stay + start)] * len(launches)  # each launch's chance of running slow
     crossing: list[float] = [0.0] * points
     slow: list[float] = list(q)
+    cells = np.asarray(grid)
+    u = np.asarray(xs)[:, None] - cells[None, :]  # each launch against each level
+    normal, slow_at = _log_normal_grid(u, sd), _log_slow_grid(u)
+    owner = np.asarray([launch.point for launch in launches])
     for _ in range(_ROUNDS):
-        point_ll = [[0.0] * len(grid) for _ in range(points)]
-        for t, launch in enumerate(launches):
-            log_keep, log_rate = math.log(1 - q[t]), math.log(q[t])
-            row = point_ll[launch.point]
-            for k, g in enumerate(grid):
-                u = xs[t] - g
-                row[k] += _logaddexp(log_keep + _log_normal(u, sd), log_rate + _log_slow(u))
+        slow_rate = np.asarray(q)[:, None]
+        mix = np.logaddexp(np.log1p(-slow_rate) + normal, np.log(slow_rate) + slow_at)
+        point_ll = np.zeros((points, len(grid)))
+        np.add.at(point_ll, owner, mix)
         crossing, level_of = _crossing_by_runs(
-            point_ll, grid, below, log_density, log_change, log_stay
+            point_ll, cells, below, log_density, log_change, log_stay
         )
         emit = [
             (
@@ -169,9 +195,9 @@ def slow_launches(
 
 
 def _crossing_by_runs(
-    point_ll: Sequence[Sequence[float]],
-    grid: Sequence[float],
-    below: Sequence[bool],
+    point_ll: NDArray[np.float64],
+    grid: NDArray[np.float64],
+    below: NDArray[np.bool_],
     log_density: float,
     log_change: Sequence[float],
     log_stay: Sequence[float],
@@ -179,71 +205,67 @@ def _crossing_by_runs(
     """The crossing's posterior over the measured points (summing over every division of the
     points into runs of one level), and each point's level in the most likely division."""
     n = len(point_ll)
-    cells = len(grid)
-    # Log-likelihood of every run a..b with its level below / at or past the threshold, and
-    # the best level of the run.
-    run_below = [[-math.inf] * n for _ in range(n)]
-    run_above = [[-math.inf] * n for _ in range(n)]
-    run_best = [[(-math.inf, 0.0)] * n for _ in range(n)]
-    for a in range(n):
-        acc = [0.0] * cells
-        inner = 0.0  # no change inside the run
-        for b in range(a, n):
-            row = point_ll[b]
-            for k in range(cells):
-                acc[k] += row[k]
-            if b > a:
-                inner += log_stay[b]
-            lo_part = _logsumexp([acc[k] for k in range(cells) if below[k]])
-            hi_part = _logsumexp([acc[k] for k in range(cells) if not below[k]])
-            run_below[a][b] = lo_part + log_density + inner
-            run_above[a][b] = hi_part + log_density + inner
-            k_best = max(range(cells), key=acc.__getitem__)
-            run_best[a][b] = (acc[k_best] + log_density + inner, grid[k_best])
-    # Forward: points 0..b in runs all below, the last run ending at b.
-    fwd_below = [-math.inf] * n
+    # Log-likelihood of every run a..b (the sum of its points' rows, by prefix sums) with its
+    # level below / at or past the threshold, and the run's best level; inner: no change
+    # inside the run.
+    prefix = np.vstack([np.zeros(point_ll.shape[1]), np.cumsum(point_ll, axis=0)])
+    acc = prefix[None, 1:, :] - prefix[:-1, None, :]  # acc[a, b] = rows a..b summed
+    stays = np.concatenate([[0.0], np.cumsum(log_stay[1:])])
+    inner = stays[None, :] - stays[:, None]  # inner[a, b] = log_stay[a+1..b]
+    split = int(np.count_nonzero(below))  # the grid is sorted: cells below come first
+    lo_part = _logsumexp_last(acc[..., :split])
+    hi_part = _logsumexp_last(acc[..., split:])
+    best_cell = np.argmax(acc, axis=2)
+    best_ll = np.take_along_axis(acc, best_cell[..., None], axis=2)[..., 0]
+    valid = np.triu(np.ones((n, n), dtype=bool))
+    run_below = np.where(valid, lo_part + log_density + inner, -np.inf)
+    run_above = np.where(valid, hi_part + log_density + inner, -np.inf)
+    run_any = np.logaddexp(run_below, run_above)
+    run_score = np.where(valid, best_ll + log_density + inner, -np.inf)
+    run_level = grid[best_cell]
+    change = np.asarray(log_change, dtype=float)
+    # Forward: points 0..b in runs all below, the last run ending at b (``before[a]``: the
+    # points before a run starting at a, all below).
+    before = np.full(n, -np.inf)
+    before[0] = 0.0
+    fwd_below = np.full(n, -np.inf)
     for b in range(n):
-        terms = []
-        for a in range(b + 1):
-            before = 0.0 if a == 0 else fwd_below[a - 1] + log_change[a]
-            terms.append(before + run_below[a][b])
-        fwd_below[b] = _logsumexp(terms)
-    # Backward: points a..n-1 in runs of any level, a run starting at a.
-    bwd_any = [-math.inf] * (n + 1)
-    bwd_any[n] = 0.0
+        fwd_below[b] = np.logaddexp.reduce(before[: b + 1] + run_below[: b + 1, b])
+        if b + 1 < n:
+            before[b + 1] = fwd_below[b] + change[b + 1]
+    # Backward: points a..n-1 in runs of any level, a run starting at a (``after[b]``: the
+    # points after a run ending at b).
+    after = np.full(n, -np.inf)
+    after[n - 1] = 0.0
     for a in range(n - 1, -1, -1):
-        terms = []
-        for b in range(a, n):
-            after = 0.0 if b == n - 1 else log_change[b + 1] + bwd_any[b + 1]
-            terms.append(_logaddexp(run_below[a][b], run_above[a][b]) + after)
-        bwd_any[a] = _logsumexp(terms)
-    weights = [-math.inf] * n
-    for j in range(1, n):
-        first = fwd_below[j - 1] + log_change[j]
-        terms = []
-        for b in range(j, n):
-            after = 0.0 if b == n - 1 else log_change[b + 1] + bwd_any[b + 1]
-            terms.append(run_above[j][b] + after)
-        weights[j] = first + _logsumexp(terms)
-    norm = _logsumexp(weights)
-    crossing = [0.0 if w == -math.inf else math.exp(w - norm) for w in weights]
+        bwd = np.logaddexp.reduce(run_any[a, a:] + after[a:])
+        if a > 0:
+            after[a - 1] = change[a] + bwd
+    first = np.concatenate([[-np.inf], fwd_below[:-1] + change[1:]])
+    with np.errstate(invalid="ignore"):
+        weights = first + _logsumexp_last(run_above + after[None, :])
+    weights[0] = -np.inf
+    finite = weights[np.isfinite(weights)]
+    crossing = np.exp(weights - np.logaddexp.reduce(finite)).tolist() if finite.size else [0.0] * n
     # The most likely division (Viterbi over runs) gives each point a level for the chain.
-    best = [-math.inf] * n
+    best = np.full(n, -np.inf)
     back = [0] * n
+    lead = np.full(n, -np.inf)  # lead[a]: the best division of the points before a
+    lead[0] = 0.0
     for b in range(n):
-        for a in range(b + 1):
-            before = 0.0 if a == 0 else best[a - 1] + log_change[a]
-            score = before + run_best[a][b][0]
-            if score > best[b]:
-                best[b], back[b] = score, a
+        scores = lead[: b + 1] + run_score[: b + 1, b]
+        back[b] = int(np.argmax(scores))
+        best[b] = scores[back[b]]
+        if b + 1 < n:
+            lead[b + 1] = best[b] + change[b + 1]
     level_of = [0.0] * n
     b = n - 1
     while b >= 0:
         a = back[b]
         for i in range(a, b + 1):
-            level_of[i] = run_best[a][b][1]
+            level_of[i] = float(run_level[a, b])
         b = a - 1
-    return crossing, level_of
+    return [float(c) for c in crossing], level_of
 
 
 def _fit_chain(
@@ -267,51 +289,53 @@ def _forward_backward(
     emit: Sequence[tuple[float, float]], start: float, stay: float
 ) -> tuple[float, list[float], list[float], list[float]]:
     """Log-likelihood; each launch's probability of being slow given the other launches only,
-    and given all of them; the expected transition counts (N->N, N->S, S->N, S->S)."""
-    trans = (
-        (math.log(1 - start), math.log(start)),
-        (math.log(1 - stay), math.log(stay)),
-    )
+    and given all of them; the expected transition counts (N->N, N->S, S->N, S->S). Scaled
+    probabilities (each step normalised), not logs: the chain has two states and this runs at
+    every step of a search."""
+    t00, t01, t10, t11 = 1 - start, start, 1 - stay, stay
     init = start / (1 - stay + start)
-    prior0 = (math.log(1 - init), math.log(init))
     n = len(emit)
-    # pred[t]: log P(state at t | launches before t); alpha[t] adds launch t's own emission.
-    pred: list[tuple[float, float]] = []
-    alpha: list[tuple[float, float]] = []
+    # each launch's emission, scaled so that the larger of the two is 1 (the scale is kept)
+    en, es, scale = [], [], 0.0
+    for e0, e1 in emit:
+        m = max(e0, e1)
+        en.append(math.exp(e0 - m))
+        es.append(math.exp(e1 - m))
+        scale += m
+    pred: list[tuple[float, float]] = []  # P(state | launches before it)
+    alpha: list[tuple[float, float]] = []  # P(state | launches up to it)
+    norms: list[float] = []
+    log_like = scale
     for t in range(n):
         if t == 0:
-            p = prior0
+            p0, p1 = 1 - init, init
         else:
-            a = alpha[-1]
-            p = (
-                _logaddexp(a[0] + trans[0][0], a[1] + trans[1][0]),
-                _logaddexp(a[0] + trans[0][1], a[1] + trans[1][1]),
-            )
-        pred.append(p)
-        alpha.append((p[0] + emit[t][0], p[1] + emit[t][1]))
-    log_like = _logaddexp(*alpha[-1]) if n else 0.0
-    beta: list[tuple[float, float]] = [(0.0, 0.0)] * n
+            a0, a1 = alpha[-1]
+            p0, p1 = a0 * t00 + a1 * t10, a0 * t01 + a1 * t11
+        pred.append((p0, p1))
+        f0, f1 = p0 * en[t], p1 * es[t]
+        c = f0 + f1
+        norms.append(c)
+        log_like += math.log(c)
+        alpha.append((f0 / c, f1 / c))
+    beta: list[tuple[float, float]] = [(1.0, 1.0)] * n
     for t in range(n - 2, -1, -1):
-        e, b = emit[t + 1], beta[t + 1]
-        beta[t] = (
-            _logaddexp(trans[0][0] + e[0] + b[0], trans[0][1] + e[1] + b[1]),
-            _logaddexp(trans[1][0] + e[0] + b[0], trans[1][1] + e[1] + b[1]),
-        )
+        n1, s1 = en[t + 1] * beta[t + 1][0], es[t + 1] * beta[t + 1][1]
+        c = norms[t + 1]
+        beta[t] = ((t00 * n1 + t01 * s1) / c, (t10 * n1 + t11 * s1) / c)
     cavity, posterior = [], []
     for t in range(n):
-        slow, normal = pred[t][1] + beta[t][1], pred[t][0] + beta[t][0]
-        cavity.append(_logistic(slow - normal))
-        posterior.append(_logistic(slow + emit[t][1] - normal - emit[t][0]))
+        b0, b1 = beta[t]
+        c_slow, c_normal = pred[t][1] * b1, pred[t][0] * b0
+        cavity.append(c_slow / (c_slow + c_normal))
+        g_slow, g_normal = alpha[t][1] * b1, alpha[t][0] * b0
+        posterior.append(g_slow / (g_slow + g_normal))
     counts = [0.0, 0.0, 0.0, 0.0]
+    trans = ((t00, t01), (t10, t11))
     for t in range(n - 1):
-        e, b = emit[t + 1], beta[t + 1]
+        e = (en[t + 1] * beta[t + 1][0], es[t + 1] * beta[t + 1][1])
+        c = norms[t + 1]
         for i in (0, 1):
             for k in (0, 1):
-                counts[2 * i + k] += math.exp(alpha[t][i] + trans[i][k] + e[k] + b[k] - log_like)
+                counts[2 * i + k] += alpha[t][i] * trans[i][k] * e[k] / c
     return log_like, cavity, posterior, counts
-
-
-def _logistic(x: float) -> float:
-    if x >= 0:
-        return 1 / (1 + math.exp(-x))
-    return math.exp(x) / (1 + math.exp(x))
