@@ -159,7 +159,7 @@ class Audit(Verification):
         if not slow_at.intersection(self.seq.get(point, [])):
             return False
         self._set_aside_launches(point, slow_at)
-        del seg.verdicts[point]
+        self._reopen(point, seg)
         return True
 
     def _set_aside_endpoint_bursts(self) -> bool:

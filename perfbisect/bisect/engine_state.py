@@ -243,6 +243,14 @@ class EngineState:
             del self.launches[position]
         return self.launches.get(position, [])
 
+    def _reopen(self, position: int, seg: _Segment) -> None:
+        """Drop ``position``'s verdict in ``seg`` (its launches were set aside): the search
+        judges it again. On the whole path the reported verdict is UNCLEAR until then, so that
+        no report shows a verdict its launches no longer back."""
+        del seg.verdicts[position]
+        if seg is self._top:
+            self._set_verdict(position, Verdict.UNCLEAR)
+
     def _request(self, positions: Sequence[int], purpose: Purpose) -> _Batch:
         return [LaunchRequest(p, self.path[p], purpose) for p in positions]
 

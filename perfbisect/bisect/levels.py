@@ -240,7 +240,7 @@ class Levels(SlowLaunches):
             if self._reopened.get(p, 0) >= _REOPEN_MAX:
                 continue  # judged again often enough: its launches stand as they are
             self._set_aside_launches(p, suspect)
-            del seg.verdicts[p]
+            self._reopen(p, seg)
             self._reopened[p] = self._reopened.get(p, 0) + 1
             reopened = True
         return reopened
