@@ -633,12 +633,23 @@ def _real_history_world(trial: int, seed: int = 1) -> tuple[Engine, Any]:
     machine, one commit that cannot run; derived threshold) for one seeded trial (of the
     benchmark's ``--seed``), searched with the default policy: the engine after the search and
     the world."""
+    return _benchmark_world("real_history", trial, seed)
+
+
+def _benchmark_world(
+    scenario: str, trial: int, seed: int = 1, order: list[int] | None = None
+) -> tuple[Engine, Any]:
+    """One seeded trial of a search benchmark scenario (its threshold given when the scenario
+    gives one), searched with the default policy: the engine after the search and the world;
+    ``order`` collects the positions launched, in order."""
     import random
 
     rng = random.Random(seed * 1_000_003 + trial)
-    world = _search_bench().real_history(1024, rng, 0.04, 0.03, False)
-    engine = Engine(path(len(world.levels) - 1))
-    drive(engine, lambda pos, k: world.launch(pos))
+    world = getattr(_search_bench(), scenario)(1024, rng, 0.04, 0.03, False)
+    engine = Engine(path(len(world.levels) - 1), threshold=world.threshold)
+    launched = drive(engine, lambda pos, k: world.launch(pos))
+    if order is not None:
+        order.extend(p for p, _ in launched)
     return engine, world
 
 
@@ -854,3 +865,22 @@ def test_a_good_endpoint_slowed_by_bursts_on_most_launches_is_judged_on_its_fast
     outcome = engine.outcome
     assert outcome is not None and outcome.threshold is not None
     assert outcome.threshold == pytest.approx(math.sqrt(50 * world.levels[-1]), rel=0.05)
+
+
+def test_a_point_whose_only_launch_is_set_aside_is_launched_again_at_once() -> None:
+    # Seeded given-threshold world 78 (1024 commits, 18 -> 29 ms, --threshold-ms 22.85): the
+    # culprit 832's first launch read 25.8 (a 3-sigma low launch, between the levels), so it
+    # was judged past the threshold; every point below it then came out good, and weighed with
+    # them that launch read like a good point's slow one and was set aside. Left without
+    # launches, 832 waited while the search bisected the wider bracket above it (863, 846,
+    # 838, 834: 18 launches in all). It is launched again at once instead.
+    launched: list[int] = []
+    engine, world = _benchmark_world("given_threshold_slow_outliers", 78, order=launched)
+    assert _named(engine) == world.culprit == 832, engine.outcome and engine.outcome.message
+    assert 25 < engine.set_aside[832][0] < 27, engine.set_aside  # the launch set aside
+    first = launched.index(832)
+    after = launched[first + 1 :]
+    again = after.index(832)
+    # between its two launches only the points below it (where its verdict sent the search)
+    assert all(p < 832 for p in after[:again]), launched
+    assert len(launched) <= 14, launched

@@ -139,7 +139,7 @@ class Audit(Verification):
         if (
             worst >= _DOUBT
             and point in seg.verdicts
-            and self._set_aside_slow(seg, point, post, order)
+            and (yield from self._set_aside_slow(seg, point, post, order))
         ):
             return True
         self._audit_spent += 1
@@ -152,14 +152,23 @@ class Audit(Verification):
 
     def _set_aside_slow(
         self, seg: _Segment, point: int, post: CrossingPosterior, order: list[int]
-    ) -> bool:
-        """Set aside ``point``'s launches that the chain holds slow and judge it again (True);
-        False when none of its launches is held slow."""
+    ) -> Generator[_Batch, list[LaunchResult], bool]:
+        """Set aside ``point``'s launches that the chain holds slow and judge it again at once
+        (True): on the launches it keeps, or, with none kept, on one new launch (left to the
+        search, a point without launches would wait while the search bisects the wider
+        bracket its reopening leaves: five launches before it came back to it, in the
+        benchmark). False when none of its launches is held slow."""
         slow_at = {i for i, q in zip(order, post.slow) if q >= 0.5}
         if not slow_at.intersection(self.seq.get(point, [])):
             return False
-        self._set_aside_launches(point, slow_at)
+        kept = self._set_aside_launches(point, slow_at)
         self._reopen(point, seg)
+        if not kept and point not in self.skip_reason and point not in self.gave_up:
+            yield self._request([point], Purpose.VERIFY)
+        if self.launches.get(point) and point not in self.skip_reason:
+            verdict = self._decide(point, seg)
+            if verdict is not None:
+                self._set_verdict(point, verdict, seg)
         return True
 
     def _set_aside_endpoint_bursts(self) -> bool:
@@ -227,7 +236,7 @@ class Audit(Verification):
             if not self._crossed(seg, p, seg.verdicts[p]) or post.past(k) >= _EARLY_DOUBT:
                 continue
             self._rechecked.add(p)
-            if self._set_aside_slow(seg, p, post, order):
+            if (yield from self._set_aside_slow(seg, p, post, order)):
                 return True
             if p in self.skip_reason or p in self.gave_up:
                 continue
