@@ -144,11 +144,17 @@ class Audit(Verification):
             return True
         self._audit_spent += 1
         yield self._request([point], Purpose.VERIFY)
-        if point in seg.verdicts and point not in self.skip_reason:
-            verdict = self._decide(point, seg)
-            if verdict is not None and verdict is not seg.verdicts[point]:
-                self._set_verdict(point, verdict, seg)
+        if point in seg.verdicts:
+            self._judge_again(seg, point)
         return True
+
+    def _judge_again(self, seg: _Segment, point: int) -> None:
+        """``point``'s verdict from the launches it has now, where they give one."""
+        if point in self.skip_reason or not self.launches.get(point):
+            return
+        verdict = self._decide(point, seg)
+        if verdict is not None and verdict is not seg.verdicts.get(point):
+            self._set_verdict(point, verdict, seg)
 
     def _set_aside_slow(
         self, seg: _Segment, point: int, post: CrossingPosterior, order: list[int]
@@ -165,10 +171,7 @@ class Audit(Verification):
         self._reopen(point, seg)
         if not kept and point not in self.skip_reason and point not in self.gave_up:
             yield self._request([point], Purpose.VERIFY)
-        if self.launches.get(point) and point not in self.skip_reason:
-            verdict = self._decide(point, seg)
-            if verdict is not None:
-                self._set_verdict(point, verdict, seg)
+        self._judge_again(seg, point)
         return True
 
     def _set_aside_endpoint_bursts(self) -> bool:
@@ -241,8 +244,7 @@ class Audit(Verification):
             if p in self.skip_reason or p in self.gave_up:
                 continue
             yield self._request([p], Purpose.VERIFY)
-            verdict = self._decide(p, seg)
-            if verdict is not None and p in seg.verdicts and verdict is not seg.verdicts[p]:
-                self._set_verdict(p, verdict, seg)
+            if p in seg.verdicts:
+                self._judge_again(seg, p)
             return True
         return False
