@@ -136,12 +136,13 @@ class Audit(Verification):
                 abs(seg.index[d[1]] - seg.index[hi]),
             ),
         )
-        if (
-            worst >= _DOUBT
-            and point in seg.verdicts
-            and (yield from self._set_aside_slow(seg, point, post, order))
-        ):
-            return True
+        if worst >= _DOUBT and point in seg.verdicts:
+            before = self.launch_count
+            set_aside = yield from self._set_aside_slow(seg, point, post, order)
+            # the launch a point left without launches gets counts against the audit's budget
+            self._audit_spent += self.launch_count - before
+            if set_aside:
+                return True
         self._audit_spent += 1
         yield self._request([point], Purpose.VERIFY)
         if point in seg.verdicts:
