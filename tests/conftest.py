@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -88,6 +89,20 @@ def value_repo(
     commits = [{name: str(v)} for v in values]
     commits[0]["measure.py"] = script
     return make_repo(root, commits)
+
+
+def sessions_in(tmp_path: Path) -> int:
+    """Sessions in the history of a test's ``cli`` (its tmp_path's history.db)."""
+    db = tmp_path / "history.db"
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as conn:
+        tables = {r[0] for r in conn.execute("select name from sqlite_master")}
+        return (
+            conn.execute("select count(*) from sessions").fetchone()[0]
+            if "sessions" in tables
+            else 0
+        )
 
 
 EXPERIMENT = """\

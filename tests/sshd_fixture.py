@@ -8,12 +8,15 @@ the user is killed (their tmux server included) and the user is removed.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import secrets
 import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,6 +85,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@contextlib.contextmanager
+def _user_database_lock() -> Iterator[None]:
+    """One useradd/userdel at a time on this machine: the suite's parallel workers each start
+    a server, and useradd can fail ("cannot lock /etc/passwd; try again later") while another
+    one holds the lock."""
+    with open("/tmp/perfbisect-test-users.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def start() -> SshServer:
     root = Path(f"/tmp/perfbisect-sshd-{secrets.token_hex(4)}")
     root.mkdir(mode=0o755)
@@ -89,10 +105,11 @@ def start() -> SshServer:
     user = f"pbt{secrets.token_hex(3)}"
     home = root / "home" / user
     (root / "home").mkdir(mode=0o755)
-    subprocess.run(
-        ["useradd", "-m", "-d", str(home), "-s", "/bin/bash", user], check=True, timeout=30
-    )
-    subprocess.run(["usermod", "-p", "*", user], check=True, timeout=30)  # unlock (no password)
+    with _user_database_lock():
+        subprocess.run(
+            ["useradd", "-m", "-d", str(home), "-s", "/bin/bash", user], check=True, timeout=30
+        )
+        subprocess.run(["usermod", "-p", "*", user], check=True, timeout=30)  # no password
     keys = root / "keys"
     keys.mkdir(mode=0o755)
     subprocess.run(
@@ -155,5 +172,6 @@ def stop(server: SshServer) -> None:
             pass
     subprocess.run(["pkill", "-KILL", "-u", server.user], capture_output=True, timeout=30)
     time.sleep(0.2)
-    subprocess.run(["userdel", "-r", "-f", server.user], capture_output=True, timeout=30)
+    with _user_database_lock():
+        subprocess.run(["userdel", "-r", "-f", server.user], capture_output=True, timeout=30)
     shutil.rmtree(server.root, ignore_errors=True)

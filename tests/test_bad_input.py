@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
@@ -9,20 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import EXPERIMENT, Cli, make_repo, value_repo
-
-
-def sessions_in(tmp_path: Path) -> int:
-    db = tmp_path / "history.db"
-    if not db.exists():
-        return 0
-    with sqlite3.connect(db) as conn:
-        tables = {r[0] for r in conn.execute("select name from sqlite_master")}
-        return (
-            conn.execute("select count(*) from sessions").fetchone()[0]
-            if "sessions" in tables
-            else 0
-        )
+from conftest import EXPERIMENT, Cli, make_repo, sessions_in, value_repo
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
@@ -158,12 +146,24 @@ def test_newer_schema_is_refused(setup: tuple[Cli, list[str]], tmp_path: Path) -
     assert "written by a newer perfbisect (schema revision 9999" in one_line_error(result)
 
 
+def _running(pattern: str) -> bool:
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True, timeout=30)
+    return bool(out.stdout.strip())
+
+
 def test_second_session_on_the_same_host_is_refused_with_no_wait(cli: Cli, tmp_path: Path) -> None:
     repo = make_repo(
         tmp_path / "repo",
         [{"value": "10", "measure.py": "import time\ntime.sleep(60)\n"}, {"value": "30"}],
     )
-    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
+    # A marker on the measure's command line: the check below finds this test's measure, not
+    # another test's (the suite runs tests in parallel).
+    marker = f"pbnowait{os.getpid()}"
+    (tmp_path / "perfbisect.toml").write_text(
+        EXPERIMENT.replace(
+            'measure = "python3 measure.py"', f'measure = "python3 measure.py {marker}"'
+        )
+    )
     import shutil
     import sys
 
@@ -188,11 +188,15 @@ def test_second_session_on_the_same_host_is_refused_with_no_wait(cli: Cli, tmp_p
         assert "host local:" in line and "is in use by session 1" in line
         assert str(first.pid) in line and "--no-wait refuses" in line
         assert sessions_in(tmp_path) == 1
-        first.send_signal(signal.SIGINT)  # Ctrl-C: the running measure is stopped too
+        # Ctrl-C while the measure runs: it is stopped too
+        deadline = time.monotonic() + 60
+        while not _running(f"measure.py {marker}") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _running(f"measure.py {marker}"), "the first session's measure never started"
+        first.send_signal(signal.SIGINT)
         first.wait(timeout=30)
         assert first.returncode == 130
-        out = subprocess.run(["pgrep", "-f", "time.sleep\\(60\\)"], capture_output=True, text=True)
-        assert out.stdout.strip() == ""
+        assert not _running(f"measure.py {marker}")
     finally:
         if first.poll() is None:
             first.kill()

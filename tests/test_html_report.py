@@ -22,7 +22,11 @@ ARTIFACTS = Path(
 )
 
 pytest.importorskip("playwright.sync_api", reason="playwright is in the test extras")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium package")
+# One worker runs this module under pytest-xdist: its fixture is set up once, not per worker.
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium package"),
+    pytest.mark.xdist_group("html_report"),
+]
 
 
 @pytest.fixture(scope="module")

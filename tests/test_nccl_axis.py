@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 from conftest import Cli, make_repo
 
+# One worker runs this module under pytest-xdist: its fixture is set up once, not per worker.
+pytestmark = pytest.mark.xdist_group("nccl_axis")
+
 # The server reports the NCCL version its process actually has (ncclGetVersion of the
 # preloaded libnccl.so.2); 2.28 is "slower". No GPU is needed to load NCCL and ask its version.
 SERVER = r"""

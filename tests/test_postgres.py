@@ -17,6 +17,9 @@ from test_host_locks import check_host_locks, hold
 
 from perfbisect.store.database import Store
 
+# One worker runs this module under pytest-xdist: its fixture is set up once, not per worker.
+pytestmark = pytest.mark.xdist_group("postgres")
+
 
 @pytest.fixture(scope="module")
 def pg() -> Iterator[pg_fixture.PgServer]:

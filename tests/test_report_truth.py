@@ -300,6 +300,7 @@ time.sleep(300)
 
 
 def test_teardown_failure_does_not_hide_the_measure_failure(cli: Cli, tmp_path: Path) -> None:
+    marker = f"pbdaemon{os.getpid()}"  # its daemon is killed by this, not another test's
     repo = make_repo(
         tmp_path / "repo",
         [
@@ -314,7 +315,7 @@ def test_teardown_failure_does_not_hide_the_measure_failure(cli: Cli, tmp_path: 
     (tmp_path / "perfbisect.toml").write_text(
         EXPERIMENT.replace(
             'measure = "python3 measure.py"',
-            'serve = "python3 serve.py {port}"\n'
+            f'serve = "python3 serve.py {{port}} {marker}"\n'
             'ready = "http://127.0.0.1:{port}/"\nmeasure = "python3 measure.py"',
         )
     )
@@ -326,7 +327,7 @@ def test_teardown_failure_does_not_hide_the_measure_failure(cli: Cli, tmp_path: 
         assert "ValueError: boom" in report["message"]
         assert "teardown also failed" in report["message"] and "still in use" in report["message"]
     finally:
-        subprocess.run(["pkill", "-f", "serve.py"], capture_output=True)
+        subprocess.run(["pkill", "-f", f"serve.py .*{marker}"], capture_output=True)
 
 
 def test_teardown_failure_during_ctrl_c_still_ends_interrupted(cli: Cli, tmp_path: Path) -> None:
@@ -345,7 +346,7 @@ def test_teardown_failure_during_ctrl_c_still_ends_interrupted(cli: Cli, tmp_pat
     (tmp_path / "perfbisect.toml").write_text(
         EXPERIMENT.replace(
             'measure = "python3 measure.py"',
-            'serve = "python3 serve.py {port}"\nready = "http://127.0.0.1:{port}/"\n'
+            f'serve = "python3 serve.py {{port}} {marker}"\nready = "http://127.0.0.1:{{port}}/"\n'
             f'measure = "python3 measure.py {marker}"',
         )
     )
@@ -361,7 +362,7 @@ def test_teardown_failure_during_ctrl_c_still_ends_interrupted(cli: Cli, tmp_pat
         assert "bisect resume 1" in err
     finally:
         proc.kill()
-        subprocess.run(["pkill", "-f", "serve.py"], capture_output=True)
+        subprocess.run(["pkill", "-f", f"serve.py .*{marker}"], capture_output=True)
 
 
 def test_brackets_survive_and_piped_output_is_not_cut(cli: Cli, tmp_path: Path) -> None:
@@ -372,6 +373,9 @@ def test_brackets_survive_and_piped_output_is_not_cut(cli: Cli, tmp_path: Path) 
     (tmp_path / "perfbisect.toml").write_text(
         EXPERIMENT + '\n[axes.custom.flag]\nvalues = ["[mlx5_0]", "[/b]"]\nordered = false\n'
     )
+    # a cache under a long directory (a deep home, a cluster's scratch): log paths of 250+
+    # characters, wider than any terminal, must still come out whole when piped
+    cli.env["PERFBISECT_CACHE"] = str(tmp_path / ("a-long-scratch-directory-" * 8) / "cache")
     report = cli.bisect(f"commit={repo.shas[0]},flag=[mlx5_0]", f"commit={repo.shas[0]},flag=[/b]")
     assert report["culprit"]["first_bad"]["flag"] == "[/b]"
     text = cli.run("bisect", "report")

@@ -24,6 +24,9 @@ from perfbisect.experiment import load_experiment
 from perfbisect.hosts.local import LocalHost
 from perfbisect.targets.sglang.target import SglangTarget
 
+# One worker runs this module under pytest-xdist: its fixture is set up once, not per worker.
+pytestmark = pytest.mark.xdist_group("sglang_e2e")
+
 STANDIN = Path(__file__).with_name("standin_sglang") / "sglang"
 
 EXPERIMENT = """

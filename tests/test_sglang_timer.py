@@ -28,6 +28,9 @@ from perfbisect.targets.sglang.server_log import (
 )
 from perfbisect.targets.sglang.timer import install_timer
 
+# One worker runs this module under pytest-xdist: its fixture is set up once, not per worker.
+pytestmark = pytest.mark.xdist_group("sglang_timer")
+
 RUNNER = """
 class ModelRunnerOutput:
     def __init__(self, logits, can_run_graph):

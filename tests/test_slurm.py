@@ -16,6 +16,9 @@ import pytest
 import slurm_fixture
 from conftest import EXPERIMENT, Cli, make_repo
 
+# One worker runs this module under pytest-xdist: its fixture is set up once, not per worker.
+pytestmark = pytest.mark.xdist_group("slurm")
+
 MEASURE = """\
 import os, time
 time.sleep(float(os.environ.get("PB_SLEEP", "0.5")))

@@ -7,7 +7,6 @@ output is not a terminal the console is wide enough for whole rows.
 
 from __future__ import annotations
 
-import shutil
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -33,10 +32,16 @@ VERDICT_STYLE = {
 }
 
 
+# Piped output is read by programs (grep, awk, a CI log): no line of it is wrapped, whatever its
+# length (a log path under a long cache directory once wrapped at 200 columns and broke a grep).
+PIPED_WIDTH = 100_000
+
+
 def console(stderr: bool = False) -> Console:
-    """A console that never truncates: the terminal's width, or a wide one when piped."""
+    """A console that never truncates: the terminal's width, or one wide enough for any line
+    when piped (tables then take the width their cells need, no more)."""
     stream = sys.stderr if stderr else sys.stdout
-    width = None if stream.isatty() else max(shutil.get_terminal_size((200, 40)).columns, 200)
+    width = None if stream.isatty() else PIPED_WIDTH
     return Console(stderr=stderr, highlight=False, width=width)
 
 
