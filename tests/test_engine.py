@@ -884,3 +884,20 @@ def test_a_point_whose_only_launch_is_set_aside_is_launched_again_at_once() -> N
     # between its two launches only the points below it (where its verdict sent the search)
     assert all(p < 832 for p in after[:again]), launched
     assert len(launched) <= 14, launched
+
+
+def test_a_crossed_point_in_doubt_is_launched_again_before_the_search_builds_on_it() -> None:
+    # Seeded given-threshold world 163 (1024 commits, 18 -> 29 ms, --threshold-ms 22.85):
+    # position 128 sits on the good level, and its one launch read 32.85 ms (a 1.8x slow
+    # outlier), so it was judged past the threshold. Once 64 below it came out good, every
+    # launch weighed together held 128 past the threshold at under 40% (a crossing right at
+    # 65..128 against a good point's slow launch), and it is launched again there: good, the
+    # search goes on above it. At the old 20% the search bisected 65..128 first and 128's
+    # own verification caught it (19 launches in all).
+    launched: list[int] = []
+    engine, world = _benchmark_world("given_threshold_slow_outliers", 163, order=launched)
+    assert _named(engine) == world.culprit == 186, engine.outcome and engine.outcome.message
+    first = launched.index(128)
+    assert launched[first + 1 : first + 3] == [64, 128], launched
+    assert engine.verdicts[128] is Verdict.GOOD
+    assert len(launched) <= 15, launched
