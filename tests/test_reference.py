@@ -3,6 +3,7 @@ answers to bad input: too many ranks, a port in use, a rank that dies during a r
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -32,16 +33,21 @@ timeout_s = 120
 """
 
 
-def _processes_running(path_part: str) -> list[int]:
+def _processes_running(path_part: str, cwd: Path) -> list[int]:
+    """Live processes whose command line holds ``path_part`` and that run in ``cwd`` (the
+    test's experiment directory, where a launch without a repository runs its server): not
+    another test's servers of the same packaged program, which the suite's parallel workers
+    run at the same time."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
                 state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                where = Path(os.readlink(entry / "cwd"))
             except OSError:
                 continue
-            if path_part in cmdline and state != "Z":
+            if path_part in cmdline and state != "Z" and where == cwd:
                 found.append(int(entry.name))
     return found
 
@@ -103,7 +109,7 @@ def test_rank_dying_mid_request_is_skip_without_orphans(tmp_path: Path) -> None:
     assert "rank 1 died (exit code 3)" in info.value.reason
     log = (tmp_path / "logs" / "serve.log").read_text()
     assert "error: rank 1 died (exit code 3)" in log
-    assert _processes_running(str(SERVER)) == []
+    assert _processes_running(str(SERVER), tmp_path) == []
 
 
 def test_default_interpreter_is_the_one_running_perfbisect() -> None:
