@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +90,32 @@ def value_repo(
     commits = [{name: str(v)} for v in values]
     commits[0]["measure.py"] = script
     return make_repo(root, commits)
+
+
+def process_running(pattern: str) -> bool:
+    """Does a process whose command line matches ``pattern`` run? (Tests pass a marker of
+    their own: the suite's parallel workers run other tests' processes at the same time.)"""
+    found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True, timeout=30)
+    return bool(found.stdout.strip())
+
+
+def wait_for_process(pattern: str, timeout: float) -> None:
+    """Until a process whose command line matches ``pattern`` runs (the measure stage)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process_running(pattern):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no process matching {pattern!r} within {timeout}s")
+
+
+def wait_for_session(tmp_path: Path, timeout: float) -> int:
+    """Until the history of a test's ``cli`` holds a session (one started in the background
+    has claimed its host), or ``timeout``; the sessions it holds then."""
+    deadline = time.monotonic() + timeout
+    while sessions_in(tmp_path) == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return sessions_in(tmp_path)
 
 
 def sessions_in(tmp_path: Path) -> int:

@@ -6,11 +6,19 @@ import os
 import signal
 import sqlite3
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from conftest import EXPERIMENT, Cli, make_repo, sessions_in, value_repo
+from conftest import (
+    EXPERIMENT,
+    Cli,
+    make_repo,
+    process_running,
+    sessions_in,
+    value_repo,
+    wait_for_process,
+    wait_for_session,
+)
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
@@ -146,11 +154,6 @@ def test_newer_schema_is_refused(setup: tuple[Cli, list[str]], tmp_path: Path) -
     assert "written by a newer perfbisect (schema revision 9999" in one_line_error(result)
 
 
-def _running(pattern: str) -> bool:
-    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True, timeout=30)
-    return bool(out.stdout.strip())
-
-
 def test_second_session_on_the_same_host_is_refused_with_no_wait(cli: Cli, tmp_path: Path) -> None:
     repo = make_repo(
         tmp_path / "repo",
@@ -177,9 +180,7 @@ def test_second_session_on_the_same_host_is_refused_with_no_wait(cli: Cli, tmp_p
         stderr=subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 30
-        while sessions_in(tmp_path) == 0 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for_session(tmp_path, timeout=30)
         result = cli.run(
             "bisect", "start", "--good", repo.shas[0], "--bad", repo.shas[1], "--no-wait"
         )
@@ -189,14 +190,11 @@ def test_second_session_on_the_same_host_is_refused_with_no_wait(cli: Cli, tmp_p
         assert str(first.pid) in line and "--no-wait refuses" in line
         assert sessions_in(tmp_path) == 1
         # Ctrl-C while the measure runs: it is stopped too
-        deadline = time.monotonic() + 60
-        while not _running(f"measure.py {marker}") and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert _running(f"measure.py {marker}"), "the first session's measure never started"
+        wait_for_process(f"measure.py {marker}", timeout=60)
         first.send_signal(signal.SIGINT)
         first.wait(timeout=30)
         assert first.returncode == 130
-        assert not _running(f"measure.py {marker}")
+        assert not process_running(f"measure.py {marker}")
     finally:
         if first.poll() is None:
             first.kill()

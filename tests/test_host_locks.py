@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import EXPERIMENT, Cli, make_repo, sessions_in
+from conftest import EXPERIMENT, Cli, make_repo, wait_for_session
 
 from perfbisect.errors import SessionBusy
 from perfbisect.store.database import Store
@@ -114,10 +114,7 @@ def test_a_second_bisect_on_the_same_host_waits_then_completes(cli: Cli, tmp_pat
     )
     try:
         # the second starts once the first holds the host (a fixed sleep raced a loaded machine)
-        deadline = time.monotonic() + 60
-        while sessions_in(tmp_path) == 0 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert sessions_in(tmp_path) == 1, "the first session never started"
+        assert wait_for_session(tmp_path, timeout=60) == 1, "the first session never started"
         second = cli.run("bisect", "start", "--good", repo.shas[0], "--bad", repo.shas[1], "--json")
         out, _ = first.communicate(timeout=120)
     finally:

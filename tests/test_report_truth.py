@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conftest import EXPERIMENT, Cli, make_repo, value_repo
+from conftest import EXPERIMENT, Cli, make_repo, value_repo, wait_for_process
 
 # measure.py: prints the commit's value; the commit whose `index` matches `crash.json` fails on
 # the listed launch numbers (counted per worktree), as a server that dies during the workload.
@@ -44,17 +44,6 @@ def flaky_repo(root: Path, crash: dict[str, Any], values: list[float] | None = N
     commits[0]["measure.py"] = FLAKY_MEASURE
     commits[0]["crash.json"] = json.dumps(crash)
     return make_repo(root, commits).shas
-
-
-def wait_for_process(pattern: str, timeout: float) -> None:
-    """Until a process whose command line matches ``pattern`` runs (the measure stage)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
-        if found.stdout.strip():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"no process matching {pattern!r} within {timeout}s")
 
 
 def start_in_background(cli: Cli, good: str, bad: str) -> subprocess.Popen[str]:
