@@ -44,18 +44,24 @@ def nice_step(span: float, count: int) -> float:
 
 def ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     """Round values from a multiple of the step at or below ``lo`` to one at or above ``hi``."""
-    if hi <= lo:
+    if hi - lo <= abs(hi) * 1e-9:  # one value (to a float's last digits): a span around it
         pad = abs(lo) * 0.1 or 1.0
         lo, hi = lo - pad, hi + pad
     step = nice_step(hi - lo, count)
     first, last = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9)
-    return [round(i * step, 12) for i in range(first, last + 1)]
+    last = max(last, first + 1)
+    digits = _digits(step) + 3  # i * step to the step's digits: 0.3, not 0.30000000000000004
+    return [round(i * step, digits) for i in range(first, last + 1)]
+
+
+def _digits(step: float) -> int:
+    """The decimals a multiple of ``step`` needs."""
+    return max(0, -math.floor(math.log10(step) + 1e-9))
 
 
 def tick_text(value: float, step: float) -> str:
     """A tick's value to its step's digits: 0.3, not 0.30000000000000004; 20, not 20.0."""
-    digits = max(0, -math.floor(math.log10(step) + 1e-9))
-    return f"{value:.{digits}f}"
+    return f"{value:.{_digits(step)}f}"
 
 
 def chart(

@@ -157,3 +157,16 @@ def test_report_and_compare_pages_read_well_at_1400_and_800_pixels(
         assert all("unstable" in cell for cell in rows["warnings"]), rows["warnings"]
         assert any(f.startswith("unstable") for f in stats["a"]["stats"]["flags"])
         page.close()
+
+
+def test_chart_ticks_are_round_for_any_range() -> None:
+    from perfbisect.html_chart import tick_text, ticks
+
+    cases = [(9.9, 30.3), (0, 0), (-5, -5), (-3, 7), (0.0012, 0.0019), (1e6, 1.3e6), (1e-7, 3e-7)]
+    cases.append((29.194, 29.194000000000003))  # one value, apart in the last float digit
+    for lo, hi in cases:
+        values = ticks(lo, hi)
+        assert len(values) >= 2 and values[0] <= lo and values[-1] >= hi, (lo, hi, values)
+        assert _round(values), (lo, hi, values)
+        labels = [tick_text(v, values[1] - values[0]) for v in values]
+        assert len(set(labels)) == len(labels) and all(len(t) <= 12 for t in labels), labels
