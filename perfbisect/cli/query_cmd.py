@@ -232,6 +232,7 @@ def compare(
             "environment differences",
             ["key", str(launch_a), str(launch_b)],
             [(e["key"], e["a"], e["b"]) for e in env],
+            full_hashes=full_hashes,
         )
     else:
         typer.echo("environment snapshots: identical")
