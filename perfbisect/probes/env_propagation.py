@@ -28,6 +28,7 @@ from perfbisect.launch.base import PRESERVED_ENV, LaunchOptions, LaunchSpec, Met
 from perfbisect.launch.registry import make_launcher
 from perfbisect.launch.ssh import SshLauncher
 from perfbisect.probes import provenance
+from perfbisect.probes.startup_hints import StartupHints, python_hints, python_sources
 from perfbisect.redact import REDACTED, is_secret
 from perfbisect.remote import program
 
@@ -133,6 +134,8 @@ def _run_method(
         "stages": stages,
         "sitecustomize": parent.get("sitecustomize"),
         "shadowed": parent.get("shadowed"),
+        "executable": parent.get("executable"),
+        "python_startup": parent.get("python_startup") or [],
         "nccl": nccl,
         "notes": notes,
         "exit": code,
@@ -171,7 +174,7 @@ def run_probe(host: Host, request: ProbeRequest, options: LaunchOptions) -> dict
                 methods.remove(Method.SSH)
                 client = None
         # tmux's global environment must be read before a tmux launch starts a server.
-        sources = provenance.gather(host, ssh_client=client, ssh_files=files)
+        sources = provenance.gather(host, ssh_client=client, ssh_files=files, folder=base)
         reference: dict[str, str] | None
         if request.reference_env is not None:
             reference = dict(request.reference_env)
@@ -194,15 +197,20 @@ def _variables(
     raw: Mapping[str, Mapping[str, Any]],
     explicit: Mapping[str, str],
     client_env: Mapping[str, str],
+    startup: Sequence[provenance.Assignment] = (),
 ) -> list[str]:
     """The rows: what was delivered, watched or passed; every variable of the watched families
-    seen at any stage; and every variable whose value differs between methods."""
+    seen at any stage or assigned in a start-up file (reaching no process is a finding); and
+    every variable whose value differs between methods."""
     seen = set(request.deliver) | set(request.watch) | set(explicit)
+    seen.update(a.name for a in startup if a.name.startswith(PREFIXES))
     if Method.SSH.value in raw:  # what the ssh client could send (SendEnv) is a candidate too
         seen.update(n for n in client_env if n.startswith(PREFIXES) and not SESSION_NOISE.match(n))
     for result in raw.values():
         for env in result["stages"].values():
             seen.update(n for n in env if n.startswith(PREFIXES) or n in ALWAYS)
+        for hook in result.get("python_startup") or []:  # Python start-up hooks, run or not
+            seen.update(n for n in hook["names"] if n.startswith(PREFIXES))
     envs = [result["stages"]["python"] for result in raw.values()]
     if len(envs) > 1:
         for name in set().union(*envs):
@@ -223,7 +231,7 @@ def assemble(
     address: str,
 ) -> dict[str, Any]:
     explicit = request.passed()
-    variables = _variables(request, raw, explicit, client_env)
+    variables = _variables(request, raw, explicit, client_env, sources.startup)
     stages = [*STAGES, *(["nccl"] if request.gpus else [])]
     matrix: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
     for name in variables:
@@ -296,6 +304,16 @@ class _Context:
         stages = result["stages"]
         return name in stages["shell"] or name in stages["python"]
 
+    def startup(self) -> StartupHints:
+        return StartupHints(
+            startup=self.sources_.startup_files,
+            traced=self.sources_.traced,
+            has=lambda method, name: self.has(Method(method), name),
+            methods=list(self.raw),
+            non_interactive=[m.value for m in NON_INTERACTIVE],
+            read=self.sources_.read,
+        )
+
     def absent_in(self, name: str, methods: Sequence[Method]) -> list[str]:
         return [m.value for m in methods if self.has(m, name) is False]
 
@@ -314,6 +332,9 @@ class _Context:
                     else ("PermitUserEnvironment unknown")
                 )
                 host.append(f"{a.file}:{a.line} (applied by sshd only with {state})")
+        host += self.startup().sources(name)
+        for where, role, methods, exe in python_sources(name, self.raw, self.request.deliver):
+            host.append(f"{where} (Python start-up: the {role} of {exe}; {', '.join(methods)})")
         if src.tmux_global.get(name) is not None:
             host.append("tmux global environment")
         crossing = self.ssh_crossing(name)
@@ -366,6 +387,8 @@ class _Context:
                 f"{a.guard}: `ssh host cmd` stops there, so {', '.join(missed)} never see "
                 f"it{reached}. Move the export above the guard, or deliver it with [env]",
             )
+        self.startup().hints(variables, lambda n, k, m: add(n, k, m))
+        python_hints(variables, self.raw, self.request.deliver, lambda n, k, m: add(n, k, m))
         self._tmux_hints(variables, add)
         self._ssh_hints(variables, add)
         self._sitecustomize_hints(add)
