@@ -55,7 +55,7 @@ def dotfiles(server: SshServer, files: dict[str, str]) -> Iterator[None]:
         saved[path] = path.read_text() if path.exists() else None
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-        if rel.endswith("/pyenv"):
+        if rel.startswith(("bin/", ".pyenv/bin/")):
             path.chmod(0o755)
     subprocess.run(["chown", "-R", f"{server.user}:", str(server.home)], check=True, timeout=30)
     try:
@@ -92,10 +92,12 @@ def test_a_program_run_by_bashrc_after_its_guard(
         + PYENV_LINES
         + 'for rc in ~/.bashrc.d/*.sh; do [ -f "$rc" ] && . "$rc"; done\n'
         + "pb_hook() { export NCCL_HOOKED=1; }\nPROMPT_COMMAND=pb_hook\n"
+        + 'eval "$(~/bin/site-env --api-key k_s3cr3t_line)"\n'
     )
     files = {
         ".bashrc": bashrc,
         ".pyenv/bin/pyenv": PYENV,
+        "bin/site-env": "#!/bin/sh\necho 'export NCCL_ALGO=Tree'\n",
         ".bashrc.d/nccl.sh": "# cluster settings\nexport NCCL_IB_TIMEOUT=22\n",
     }
     with dotfiles(ssh_server, files):
@@ -134,12 +136,15 @@ def test_a_program_run_by_bashrc_after_its_guard(
     # A prompt hook: tmux panes run it before the typed command, ssh never shows a prompt.
     assert cells(result, "NCCL_HOOKED", "tmux")["python"] == "present"
     assert "PROMPT_COMMAND" in found["NCCL_HOOKED"] and "~/.bashrc" in found["NCCL_HOOKED"]
-    # The token the program exported: named, never shown (output, text output, store).
+    # The token the program exported: named, never shown (output, text output, store); a
+    # start-up line with a secret-looking word is located, not quoted.
     assert result["matrix"]["HF_TOKEN"]["tmux"]["python"]["value"] == "<redacted>"
+    site_env = line_of(bashrc, "site-env")
+    assert found["NCCL_ALGO"].startswith(f"NCCL_ALGO is set by ~/.bashrc:{site_env}, a command")
     assert text.returncode == 0, text.stderr
     assert "eval" in text.stdout and "PYENV_SHELL" in text.stdout
     for out in (str(result), text.stdout, (tmp_path / "history.db").read_bytes().decode("latin1")):
-        assert "hf_traced_secret_value" not in out
+        assert "hf_traced_secret_value" not in out and "k_s3cr3t_line" not in out
     # The trace is gone from the host with the probe's directory.
     assert not list((ssh_server.home / ".cache" / "perfbisect" / "probes").glob("env-*"))
 

@@ -83,9 +83,10 @@ def wrapper(world: str, trace_path: str) -> str:
 
 
 def _names(command: str) -> list[tuple[str, bool]]:
-    """The variables a traced simple command sets for the shell itself, each with whether the
-    command gives it a value: ``NAME=value`` alone, ``export``/``declare -x`` with names; not
-    ``NAME=value cmd`` (set for that command only)."""
+    """The variables a traced simple command sets, each with whether the command gives it a
+    value: ``NAME=value``, ``export``/``declare -x`` with names. xtrace prints the prefix of
+    ``NAME=value cmd`` (set for that command only) as a line of its own: it counts too, a known
+    over-reach that only matters when such a line comes after the real setter."""
     try:
         words = shlex.split(command, posix=True)
     except ValueError:
