@@ -27,6 +27,26 @@ if [ "$1" = init ]; then
   echo 'export HF_TOKEN=hf_traced_secret_value'
 fi
 """
+# What `conda shell.bash hook` prints, cut down: a function defined by the eval, then called.
+CONDA = """#!/bin/sh
+cat <<'EOF'
+conda() {
+  if [ "$1" = activate ]; then
+    export CONDA_PREFIX="$HOME/miniconda3"
+    export CONDA_DEFAULT_ENV="$2"
+  fi
+}
+conda activate base
+EOF
+"""
+# `conda init`'s block in ~/.bashrc.
+CONDA_LINES = (
+    "__conda_setup=\"$(\"$HOME/miniconda3/bin/conda\" 'shell.bash' 'hook' 2> /dev/null)\"\n"
+    "if [ $? -eq 0 ]; then\n"
+    '    eval "$__conda_setup"\n'
+    "fi\n"
+    "unset __conda_setup\n"
+)
 PYENV_LINES = (
     'export PYENV_ROOT="$HOME/.pyenv"\n'
     '[[ -d $PYENV_ROOT/bin ]] && export PATH="$PYENV_ROOT/bin:$PATH"\n'
@@ -55,7 +75,7 @@ def dotfiles(server: SshServer, files: dict[str, str]) -> Iterator[None]:
         saved[path] = path.read_text() if path.exists() else None
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-        if rel.startswith(("bin/", ".pyenv/bin/")):
+        if "bin/" in rel:
             path.chmod(0o755)
     subprocess.run(["chown", "-R", f"{server.user}:", str(server.home)], check=True, timeout=30)
     try:
@@ -93,11 +113,13 @@ def test_a_program_run_by_bashrc_after_its_guard(
         + 'for rc in ~/.bashrc.d/*.sh; do [ -f "$rc" ] && . "$rc"; done\n'
         + "pb_hook() { export NCCL_HOOKED=1; }\nPROMPT_COMMAND=pb_hook\n"
         + 'eval "$(~/bin/site-env --api-key k_s3cr3t_line)"\n'
+        + CONDA_LINES
     )
     files = {
         ".bashrc": bashrc,
         ".pyenv/bin/pyenv": PYENV,
         "bin/site-env": "#!/bin/sh\necho 'export NCCL_ALGO=Tree'\n",
+        "miniconda3/bin/conda": CONDA,
         ".bashrc.d/nccl.sh": "# cluster settings\nexport NCCL_IB_TIMEOUT=22\n",
     }
     with dotfiles(ssh_server, files):
@@ -133,6 +155,14 @@ def test_a_program_run_by_bashrc_after_its_guard(
     loop = found["NCCL_IB_TIMEOUT"]
     assert "~/.bashrc.d/nccl.sh:2, reached through" in loop
     assert f"at ~/.bashrc:{loop_line}" in loop and f"guard at ~/.bashrc:{guard}" in loop
+    # A function the eval defines and calls (conda's hook): the eval line, not the function's.
+    conda = found["CONDA_DEFAULT_ENV"]
+    conda_line = line_of(bashrc, 'eval "$__conda_setup"')
+    assert conda.startswith(
+        f'CONDA_DEFAULT_ENV is set by `eval "$__conda_setup"` at ~/.bashrc:{conda_line}, a'
+    ), conda
+    assert f"guard at ~/.bashrc:{guard}" in conda
+    assert result["matrix"]["CONDA_DEFAULT_ENV"]["tmux"]["python"]["value"] == "base"
     # A prompt hook: tmux panes run it before the typed command, ssh never shows a prompt.
     assert cells(result, "NCCL_HOOKED", "tmux")["python"] == "present"
     assert "PROMPT_COMMAND" in found["NCCL_HOOKED"] and "~/.bashrc" in found["NCCL_HOOKED"]

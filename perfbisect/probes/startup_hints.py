@@ -101,9 +101,15 @@ class StartupHints:
     def command(self, t: Traced) -> tuple[str, int, LineReach | None]:
         """The start-up line behind a traced setter: the innermost frame in a file that bash's
         start-up reading reaches (the ``eval`` line itself, or the line that sourced a file
-        through a computed path), with which shells run it."""
+        through a computed path), with which shells run it. Of a file's frames the outermost
+        counts: that is where the file's own run had got to (an inner frame in the same file is
+        a function, whose line is meaningless when an eval defined it, as conda's hook does)."""
         frames = t.frames()
+        outermost: dict[str, int] = {}
         for path, line in frames:
+            outermost[path] = line  # frames go outwards: the last one of a file stays
+        for path, _ in frames:
+            line = outermost[path]
             reach = self.startup.reach(path, line) if self.startup else None
             if reach is not None:
                 return path, line, reach
@@ -115,7 +121,7 @@ class StartupHints:
         path, line, _ = self.command(t)
         text = self._line(path, line)
         command = f"`{text}` at {path}:{line}" if text else f"{path}:{line}"
-        if (path, line) == (t.file, t.line):
+        if path == t.file:
             return command
         return f"{t.file}:{t.line}, reached through {command}"
 
@@ -168,10 +174,11 @@ class StartupHints:
         if a.worlds == (LOGIN,) and not a.guard:
             missing = self._missing(a.name, self.non_interactive)
             if missing:
+                via = f" (sourced via {' -> '.join(a.via)})" if a.via else ""
                 add(
                     a.name,
                     "login-only",
-                    f"{a.file}:{a.line} sets {a.name}: {_login_only_reason(a.file)}. tmux panes "
+                    f"{a.file}:{a.line}{via} sets {a.name}: {_login_only_reason(a.file)}. tmux panes "
                     "run a login shell and have it; `ssh host cmd` runs a non-login shell that "
                     f"reads ~/.bashrc only, so {', '.join(missing)} never see it. Set it in "
                     "~/.bashrc above its non-interactive guard, or deliver it with [env]",
