@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -246,30 +247,21 @@ def test_a_venv_hook_over_ssh(cli: Cli, ssh_server: SshServer) -> None:
 
 
 def test_a_venv_sitecustomize_for_one_method(cli: Cli, tmp_path: Path) -> None:
-    # On this machine, for a Python built without a distribution's sitecustomize (the test's
-    # own interpreter's base: pyenv, python.org, conda): a venv's sitecustomize.py runs, and
-    # only where that venv's python3 is the one on PATH: the tmux pane, whose ~/.bashrc
-    # activates it. --python python3: each method resolves it on its own PATH.
+    # A venv of the test's own interpreter whose sitecustomize.py sets a variable; ~/.bashrc
+    # activates the venv, so only the tmux pane's python3 is the venv's (--python python3: each
+    # method resolves it on its own PATH). Where the base Python has no sitecustomize of its
+    # own (pyenv, python.org, conda builds) the venv's runs, for tmux only; under a
+    # distribution's Python (Debian's /usr/lib/python3.X/sitecustomize.py) it never runs.
     home = tmp_path / "home"
     home.mkdir()
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     (site,) = venv.glob("lib/python3*/site-packages")
     (site / "sitecustomize.py").write_text("import os\nos.environ['NCCL_P2P_LEVEL'] = 'NVL'\n")
+    which = "import sitecustomize; print(sitecustomize.__file__)"
     imported = subprocess.run(
-        [
-            str(venv / "bin" / "python3"),
-            "-c",
-            "import sitecustomize; print(sitecustomize.__file__)",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert imported.stdout.strip() == str(site / "sitecustomize.py"), (
-        "precondition: the test interpreter's base has no sitecustomize of its own",
-        imported,
-    )
+        [str(venv / "bin" / "python3"), "-c", which], capture_output=True, text=True, timeout=60
+    ).stdout.strip()
     (home / ".profile").write_text(". ~/.bashrc\n")
     (home / ".bashrc").write_text(f"[[ $- != *i* ]] && return\n. {venv}/bin/activate\n")
     sock = Path(tempfile.mkdtemp(prefix="pbvs-", dir="/tmp"))  # a tmux server with this HOME
@@ -291,11 +283,22 @@ def test_a_venv_sitecustomize_for_one_method(cli: Cli, tmp_path: Path) -> None:
             capture_output=True,
             timeout=20,
         )
+        shutil.rmtree(sock, ignore_errors=True)
     assert result["errors"] == {}
+    assert cells(result, "NCCL_P2P_LEVEL", "direct")["python"] == "absent"
+    if imported != str(site / "sitecustomize.py"):
+        assert cells(result, "NCCL_P2P_LEVEL", "tmux")["python"] == "absent"
+        shadowed = hints(result, "sitecustomize-shadowed")["NCCL_P2P_LEVEL"]
+        assert f"{site}/sitecustomize.py:2 sets NCCL_P2P_LEVEL but never runs" in shadowed
+        assert f"imports {imported} first" in shadowed
+        return
     assert cells(result, "NCCL_P2P_LEVEL", "tmux")["python"] == "present"
     assert cells(result, "NCCL_P2P_LEVEL", "tmux")["shell"] == "absent"
-    assert cells(result, "NCCL_P2P_LEVEL", "direct")["python"] == "absent"
     message = hints(result, "python-startup")["NCCL_P2P_LEVEL"]
     assert message.startswith(f"{site}/sitecustomize.py:2 sets NCCL_P2P_LEVEL when {venv}/bin/")
     assert "(its sitecustomize): in tmux NCCL_P2P_LEVEL is set" in message
     assert "direct, sitecustomize run" in message and "which does not run it" in message
+    assert any(
+        "sitecustomize.py:2 (Python start-up" in s
+        for s in result["sources"]["NCCL_P2P_LEVEL"]["host"]
+    )
