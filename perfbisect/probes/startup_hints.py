@@ -166,8 +166,8 @@ class StartupHints:
                 "startup-command",
                 f"{name} is set by {self.describe(t)}, a command the start-up files run (no "
                 f"assignment to read there): login shells (tmux panes) run it; `ssh host cmd` "
-                f"does not ({why}), so {', '.join(missing)} never see it. Run it before the "
-                "guard in ~/.bashrc, or deliver the variable with [env]",
+                f"does not ({why}), so {', '.join(missing)} never see it. Run it in ~/.bashrc "
+                "above its non-interactive guard, or deliver the variable with [env]",
             )
 
     def _assignment_hints(self, a: Assignment, add: Add) -> None:
