@@ -298,6 +298,8 @@ def test_pinsets_and_wheelhouse_commands(cli: Cli, tmp_path: Path, wheelhouse: P
     sets = cli.json("sglang", "pinsets", "--range", span, "--repo", str(repo.path), "--json")
     assert sets["commits"] == 3 and [s["commits"] for s in sets["pin_sets"]] == [2, 1]
     out = tmp_path / "for-gpu"
+    bare = tmp_path / "names.txt"
+    bare.write_text("pbtiny-c\n")
     args = ["sglang", "wheelhouse", str(out), "--range", span, "--repo", str(repo.path)]
     house = cli.json(*args, "--find-links", str(wheelhouse), "--json")
     files = {f["file"]: f for f in house["files"]}
@@ -330,6 +332,14 @@ def test_pinsets_and_wheelhouse_commands(cli: Cli, tmp_path: Path, wheelhouse: P
         BuildOptions(Sources(str(out))),
     )
     assert run(built.python, "import pbtiny_c; print(pbtiny_c.VERSION)") == "1.0"
+    # --dry-run resolves and lists, downloads nothing; a bare name in --have: any version.
+    dry = ["sglang", "wheelhouse", str(tmp_path / "nothing"), "--range", span, "--repo"]
+    dry += [str(repo.path), "--find-links", str(wheelhouse), "--dry-run", "--have", str(bare)]
+    listed = cli.run(*dry)
+    assert listed.returncode == 0, listed.stderr
+    assert "    pbtiny_c-1.0-py3-none-any.whl  (the host has it)" in listed.stdout
+    assert "    pbtiny_b-1.0-py3-none-any.whl\n" in listed.stdout
+    assert not (tmp_path / "nothing").exists()
     # What the target host has (a pip freeze of it) is left out.
     have = tmp_path / "freeze.txt"
     have.write_text("pbtiny-c==1.0\nsomething-else==3\n")

@@ -90,7 +90,12 @@ def wheelhouse_command(
         None, "--find-links", help="A folder of wheels to take them from (alone: offline)."
     ),
     have: Path | None = typer.Option(
-        None, "--have", help="A `pip freeze` of the target host: packages it need not get."
+        None,
+        "--have",
+        help="A `pip freeze` of the target host (or bare names: any version): left out.",
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Resolve and list what each pin set needs; download nothing."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -106,7 +111,8 @@ def wheelhouse_command(
     found = range_pins(repo, *_range(range_), tuple(pins or ()))
     host = TargetPython(python_version, tuple(platform or ()))
     frozen = read_freeze(have.read_text()) if have else set()
-    house = build_wheelhouse(found.sets, folder, host, Sources(find_links, index_url), frozen)
+    sources = Sources(find_links, index_url)
+    house = build_wheelhouse(found.sets, folder, host, sources, frozen, download=not dry_run)
     failed = [r for r in house.sets if r.error] or bool(house.error)
     if as_json:
         emit_json(
@@ -142,6 +148,10 @@ def wheelhouse_command(
                 f"pin set {r.pin_set.plan.digest} ({len(r.pin_set.commits)} commit(s)): "
                 f"{what}; {r.pin_set.plan.label()}"
             )
+            if dry_run:
+                for name, version, file in r.wheels:
+                    kept = {name, f"{name}=={version}"} & frozen
+                    typer.echo(f"    {file}{'  (the host has it)' if kept else ''}")
         for name, size, new in house.files:
             typer.echo(f"{_human(size):>10}  {name}{'  (new)' if new else ''}")
         typer.echo(f"{len(house.files)} file(s), {_human(house.total_bytes)} in all")

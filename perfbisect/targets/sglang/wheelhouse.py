@@ -28,7 +28,7 @@ from perfbisect.targets.sglang.envs import Sources, missing_requirement
 from perfbisect.targets.sglang.pinsets import PinSet
 
 _MANYLINUX = re.compile(r"^manylinux_2_(\d+)_(\w+)$")
-_FREEZE = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)")
+_FREEZE = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*(?:==\s*([^\s;#]+))?\s*(?:#.*)?$")
 PIP_TIMEOUT_S = 1800.0
 
 
@@ -89,12 +89,14 @@ class Wheelhouse:
 
 
 def read_freeze(text: str) -> set[str]:
-    """``name==version`` (normalised names) of a ``pip freeze``."""
+    """``name==version`` (normalised names) of a ``pip freeze``; a bare name (a package list
+    without versions) stands for any version of it."""
     out = set()
     for line in text.splitlines():
         found = _FREEZE.match(line)
         if found:
-            out.add(f"{canonicalize_name(found.group(1))}=={found.group(2)}")
+            name = canonicalize_name(found.group(1))
+            out.add(f"{name}=={found.group(2)}" if found.group(2) else name)
     return out
 
 
@@ -139,10 +141,13 @@ def build_wheelhouse(
     sources: Sources,
     have: set[str] | None = None,
     python: str = sys.executable,
+    download: bool = True,
 ) -> Wheelhouse:
-    """Resolve every set, download the wheels none of them has yet into ``folder``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    before = {p.name for p in folder.iterdir()}
+    """Resolve every set, download the wheels none of them has yet into ``folder`` (with
+    ``download`` false: only resolve; the listing then has no files)."""
+    if download:
+        folder.mkdir(parents=True, exist_ok=True)
+    before = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
     resolved = tuple(resolve(s, host, sources, python) for s in sets)
     have = have or set()
     wanted: dict[str, str] = {}  # file name -> name==version
@@ -150,22 +155,20 @@ def build_wheelhouse(
     for res in resolved:
         for name, version, file in res.wheels:
             pin = f"{name}=={version}"
-            if pin in have:
+            if pin in have or name in have:
                 left_out.add(pin)
             elif file not in before:
                 wanted[file] = pin
     error = ""
-    if wanted:
+    if wanted and download:
         args = ["download", "-q", "--no-deps", "-d", str(folder), *host.pip_args()]
         result = _pip(python, [*args, *sources.pip_args(), *sorted(set(wanted.values()))], 7200)
         if result.returncode != 0:
             error = " | ".join((result.stdout + result.stderr).strip().splitlines()[-3:])
-    needed = set(wanted) | {
-        f for res in resolved for n, v, f in res.wheels if f"{n}=={v}" not in have
-    }
+    needed = {f for res in resolved for n, v, f in res.wheels if not {n, f"{n}=={v}"} & have}
     files = tuple(
         (p.name, p.stat().st_size, p.name not in before)
-        for p in sorted(folder.iterdir())
+        for p in (sorted(folder.iterdir()) if folder.is_dir() else [])
         if p.name in needed and p.is_file()
     )
     return Wheelhouse(folder, resolved, files, tuple(sorted(left_out)), error)
