@@ -62,7 +62,14 @@ def _rank(requirement: str) -> int:
 
 
 def _normalise(requirement: str) -> str:
-    return re.sub(r"\s+", "", requirement).lower()
+    """One spelling per requirement (name canonical, spaces and extras' order as packaging
+    writes them), still installable: markers keep their ``and``/``or`` words apart."""
+    try:
+        parsed = Requirement(requirement)
+    except InvalidRequirement:
+        return " ".join(requirement.split())
+    parsed.name = canonicalize_name(parsed.name)
+    return str(parsed)
 
 
 def _closure(optional: dict[str, list[str]], extra: str, name: str, seen: set[str]) -> list[str]:
