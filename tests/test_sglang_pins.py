@@ -304,7 +304,7 @@ def test_pinsets_and_wheelhouse_commands(cli: Cli, tmp_path: Path, wheelhouse: P
     assert sets["commits"] == 3 and [s["commits"] for s in sets["pin_sets"]] == [2, 1]
     out = tmp_path / "for-gpu"
     bare = tmp_path / "names.txt"
-    bare.write_text("pbtiny-c\n")
+    bare.write_text("pbtiny-c\npbtiny-a\n")  # pbtiny-a is pinned (==): still needed
     args = ["sglang", "wheelhouse", str(out), "--range", span, "--repo", str(repo.path)]
     house = cli.json(*args, "--find-links", str(wheelhouse), "--json")
     files = {f["file"]: f for f in house["files"]}
@@ -344,6 +344,7 @@ def test_pinsets_and_wheelhouse_commands(cli: Cli, tmp_path: Path, wheelhouse: P
     assert listed.returncode == 0, listed.stderr
     assert "    pbtiny_c-1.0-py3-none-any.whl  (the host has it)" in listed.stdout
     assert "    pbtiny_b-1.0-py3-none-any.whl\n" in listed.stdout
+    assert "    pbtiny_a-1.0-py3-none-any.whl\n" in listed.stdout
     assert not (tmp_path / "nothing").exists()
     # What the target host has (a pip freeze of it) is left out.
     have = tmp_path / "freeze.txt"

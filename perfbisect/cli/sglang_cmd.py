@@ -150,7 +150,7 @@ def wheelhouse_command(
             )
             if dry_run:
                 for name, version, file in r.wheels:
-                    kept = {name, f"{name}=={version}"} & frozen
+                    kept = f"{name}=={version}" in house.left_out
                     typer.echo(f"    {file}{'  (the host has it)' if kept else ''}")
         for name, size, new in house.files:
             typer.echo(f"{_human(size):>10}  {name}{'  (new)' if new else ''}")

@@ -24,6 +24,7 @@ from urllib.parse import unquote, urlparse
 
 from packaging.utils import canonicalize_name
 
+from perfbisect.targets.sglang.deps import requirement_name
 from perfbisect.targets.sglang.envs import Sources, missing_requirement
 from perfbisect.targets.sglang.pinsets import PinSet
 
@@ -152,12 +153,17 @@ def build_wheelhouse(
     have = have or set()
     wanted: dict[str, str] = {}  # file name -> name==version
     left_out = set()
+    needed = set()
     for res in resolved:
+        # A bare name says nothing of the host's version: not enough for an exact pin.
+        exact = {requirement_name(r) for r in res.pin_set.plan.requirements if "==" in r}
         for name, version, file in res.wheels:
             pin = f"{name}=={version}"
-            if pin in have or name in have:
+            if pin in have or (name in have and name not in exact):
                 left_out.add(pin)
-            elif file not in before:
+                continue
+            needed.add(file)
+            if file not in before:
                 wanted[file] = pin
     error = ""
     if wanted and download:
@@ -165,7 +171,6 @@ def build_wheelhouse(
         result = _pip(python, [*args, *sources.pip_args(), *sorted(set(wanted.values()))], 7200)
         if result.returncode != 0:
             error = " | ".join((result.stdout + result.stderr).strip().splitlines()[-3:])
-    needed = {f for res in resolved for n, v, f in res.wheels if not {n, f"{n}=={v}"} & have}
     files = tuple(
         (p.name, p.stat().st_size, p.name not in before)
         for p in (sorted(folder.iterdir()) if folder.is_dir() else [])
