@@ -402,3 +402,5 @@ def test_endpoint_smoke_names_the_missing_import(
     flags = {f for launch in launches for f in launch.get("flags", [])}
     digest = install_plan(files["python/pyproject.toml"]).digest
     assert any(f.startswith(f"pin set {digest} (") and "pbtiny-a==1.0" in f for f in flags)
+    measured = [launch for launch in launches if launch["status"] == "ok"]
+    assert measured and all(launch["timings"]["build_s"] > 0 for launch in measured)

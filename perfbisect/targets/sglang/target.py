@@ -4,6 +4,7 @@ parallelism through the launch methods, run perfbisect's workload, read the veri
 from __future__ import annotations
 
 import shlex
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -185,6 +186,7 @@ class SglangTarget(CommandTarget):
             python, version, info = self._installed()
         else:
             version = self._checkout_version(worktree)
+            started = time.monotonic()
             built = build(
                 self.host,
                 worktree,
@@ -195,7 +197,8 @@ class SglangTarget(CommandTarget):
                 self._build_options(),
             )
             python, source_path, notes = built.python, built.source_path, built.notes
-            info = BuildInfo("ok", built.reused, 0.0, f"pin set {built.digest}: {built.label}")
+            spent = time.monotonic() - started  # part of time to culprit: recorded per step
+            info = BuildInfo("ok", built.reused, spent, f"pin set {built.digest}: {built.label}")
             (log_dir / "build.log").write_text(built.log)
         proxy_model: str | None = None
         if config.is_proxy:
