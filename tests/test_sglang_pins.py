@@ -404,3 +404,36 @@ def test_endpoint_smoke_names_the_missing_import(
     assert any(f.startswith(f"pin set {digest} (") and "pbtiny-a==1.0" in f for f in flags)
     measured = [launch for launch in launches if launch["status"] == "ok"]
     assert measured and all(launch["timings"]["build_s"] > 0 for launch in measured)
+
+
+def test_dry_run_shows_the_pin_set_and_the_offline_sources(cli: Cli, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "sglang", [checkout(real("0.5.9")), checkout(real("0.5.10"))])
+    (tmp_path / "perfbisect.toml").write_text(
+        '[target]\nkind = "sglang"\nrepo = "sglang"\nmodel = "/m/t"\ndraft_model = "/m/d"\n'
+        'wheelhouse = "wheels"\npins = ["torch", "sgl-kernel", "sglang-kernel"]\n'
+    )
+    result = cli.json(
+        "bisect", "start", "--good", repo.shas[0], "--bad", repo.shas[1], "--dry-run", "--json"
+    )
+    steps = "\n".join(result["commands"]["build"])
+    digest = install_plan(real("0.5.9"), pins=("torch", "sgl-kernel", "sglang-kernel")).digest
+    assert f"sglang-envs/{digest}   # once per pin set (torch==2.9.1, sgl-kernel==0.3.21)" in (
+        steps
+    )
+    assert f"--find-links {tmp_path}/wheels --no-index -r " in steps
+    assert "the 64 requirements, from the wheelhouse" in steps
+    assert "if that install fails: PYTHONPATH=<worktree>/python" in steps
+
+
+def test_a_missing_wheelhouse_is_named(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "sglang", [checkout(with_dependencies(real("0.5.10"), []))])
+    with pytest.raises(StepFailed, match=r"wheelhouse /nowhere/wheels is not a folder on "):
+        build(
+            LocalHost(),
+            worktree(repo.path, repo.shas[0], tmp_path / "wt"),
+            sys.executable,
+            str(tmp_path / "envs"),
+            60,
+            NO_ISOLATION,
+            BuildOptions(Sources("/nowhere/wheels")),
+        )

@@ -79,6 +79,9 @@ def _make_env(
     sources: Sources,
 ) -> str:
     """The pin set's environment, requirements only; pip's log tail."""
+    house = sources.wheelhouse
+    if house and not host.run(["test", "-d", house], timeout_s=60).ok:
+        raise StepFailed("build", f"wheelhouse {house} is not a folder on {host.address}")
     # Without pip: the parent environment's pip and setuptools serve it (an ensurepip'd old
     # setuptools would shadow them and could not build editable wheels). Layered, so a venv's
     # or conda env's torch and CUDA packages stay visible (targets/pyenv.py).
