@@ -437,3 +437,52 @@ def test_a_missing_wheelhouse_is_named(tmp_path: Path) -> None:
             NO_ISOLATION,
             BuildOptions(Sources("/nowhere/wheels")),
         )
+
+
+def test_a_range_of_hundreds_of_commits_reads_its_few_pin_sets(tmp_path: Path) -> None:
+    """A release-to-release range: 400 first-parent commits (git fast-import: one process),
+    the pins changing twice, and a merged side branch whose own pins the path never visits."""
+    pins_at = {0: real("0.5.9"), 150: real("0.5.10"), 300: real("0.5.10.post1")}
+
+    def data(text: str) -> str:
+        return f"data {len(text.encode())}\n{text}\n"
+
+    stream = []
+    for n in range(400):
+        stream.append(f"commit refs/heads/main\nmark :{n + 1}\n")
+        stream.append(f"committer T <t@example.com> {1_700_000_000 + n} +0000\n")
+        stream.append(data(f"commit {n}"))
+        if n:
+            stream.append(f"from :{n}\n")
+        if n == 200:  # merge the side branch
+            stream.append("merge :1000\n")
+        if n in pins_at:
+            stream.append("M 100644 inline python/pyproject.toml\n" + data(pins_at[n]))
+        stream.append("M 100644 inline python/sglang/__init__.py\n" + data(f"N = {n}\n"))
+        if n == 100:  # the side branch, off commit 100, with the pins of another release
+            stream.append("commit refs/heads/side\nmark :1000\n")
+            stream.append("committer T <t@example.com> 1700000101 +0000\n" + data("side"))
+            stream.append("from :101\nM 100644 inline python/pyproject.toml\n")
+            stream.append(data(real("0.5.2")))
+    repo = tmp_path / "sglang"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True, timeout=60)
+    subprocess.run(
+        ["git", "-C", str(repo), "fast-import", "--quiet"],
+        input="".join(stream).encode(),
+        check=True,
+        timeout=120,
+    )
+    shas = subprocess.run(
+        ["git", "-C", str(repo), "rev-list", "--first-parent", "--reverse", "main"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.split()
+    assert len(shas) == 400
+    found = range_pins(repo, shas[0], shas[-1])
+    assert found.commits == tuple(shas) and not found.unreadable
+    assert [len(s.commits) for s in found.sets] == [150, 150, 100]
+    assert [s.plan.digest for s in found.sets] == [
+        install_plan(real(v)).digest for v in ("0.5.9", "0.5.10", "0.5.10.post1")
+    ]  # 0.5.2's pins, on the side branch only, are not among them
