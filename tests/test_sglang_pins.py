@@ -185,6 +185,30 @@ def test_offline_environments_per_pin_set(tmp_path: Path, wheelhouse: Path) -> N
     ]
 
 
+def test_launches_at_once_take_turns_in_one_environment(tmp_path: Path, wheelhouse: Path) -> None:
+    """Two slots on one host building the same new pin set: one makes it, the other waits
+    and reuses it (no rm -rf under a running pip)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pyproject = with_dependencies(real("0.5.10"), ["pbtiny-a==1.0", "pbtiny-b==1.0"])
+    repo = make_repo(
+        tmp_path / "sglang", [checkout(pyproject, "A = 1\n"), checkout(pyproject, "A = 2\n")]
+    )
+    trees = [worktree(repo.path, sha, tmp_path / f"wt{i}") for i, sha in enumerate(repo.shas)]
+    options = BuildOptions(Sources(str(wheelhouse)))
+
+    def one(tree: str) -> tuple[bool, str]:
+        built = build(
+            LocalHost(), tree, sys.executable, str(tmp_path / "envs"), 300, NO_ISOLATION, options
+        )
+        return built.reused, built.python
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(one, trees))
+    assert sorted(reused for reused, _ in results) == [False, True]
+    assert run(results[0][1], "import pbtiny_b, pbtiny_c; print(pbtiny_c.VERSION)") == "1.0"
+
+
 def test_a_pin_the_wheelhouse_lacks_is_a_skip_naming_it(tmp_path: Path, wheelhouse: Path) -> None:
     pyproject = with_dependencies(real("0.5.10"), ["pbtiny-a==1.0", "pbtiny-b==2.0"])
     repo = make_repo(tmp_path / "sglang", [checkout(pyproject)])
@@ -202,7 +226,8 @@ def test_a_pin_the_wheelhouse_lacks_is_a_skip_naming_it(tmp_path: Path, wheelhou
     assert failed.value.stage == "build"
     assert "needs pbtiny-b==2.0, which the wheelhouse" in failed.value.reason
     assert "(offline)" in failed.value.reason
-    assert list(root.iterdir()) == []  # no half-made environment left to be reused
+    # No half-made environment left to be reused (the lock file stays: others may wait on it).
+    assert [p.name for p in root.iterdir()] == [f"{install_plan(pyproject).digest}.lock"]
 
 
 def test_a_package_that_cannot_build_runs_from_its_source_folder(
@@ -423,6 +448,10 @@ def test_dry_run_shows_the_pin_set_and_the_offline_sources(cli: Cli, tmp_path: P
     assert f"--find-links {tmp_path}/wheels --no-index -r " in steps
     assert "the 64 requirements, from the wheelhouse" in steps
     assert "if that install fails: PYTHONPATH=<worktree>/python" in steps
+    # Served from its own worktree, whatever another slot's commit did to the editable install.
+    assert re.match(
+        r"PYTHONPATH=\S+/worktrees/\S+/python\$\{PYTHONPATH", result["commands"]["serve"]
+    )
 
 
 def test_a_missing_wheelhouse_is_named(tmp_path: Path) -> None:

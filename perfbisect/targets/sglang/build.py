@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import uuid
 from dataclasses import dataclass, field
 
 from perfbisect.errors import StepFailed
@@ -33,6 +34,7 @@ from perfbisect.targets.sglang.timer import install_timer
 
 PRETEND_VERSION = "0.0.0+perfbisect"  # a tagless worktree has no version for setuptools-scm
 PINS_FILE = "perfbisect-pins.txt"  # the environment's requirements, as installed
+MADE = "PERFBISECT-ENV-MADE"  # printed by the script that made an environment
 # What a failed compiled-extension build says: the line worth showing in the launch's notes.
 _TOOLCHAIN = re.compile(r"(?i)(rust|cargo|maturin|protoc|grpc|compiler)")
 _BOILERPLATE = re.compile(r"subprocess-exited-with-error|^ERROR: Failed to build|^error: metadata")
@@ -77,31 +79,32 @@ def _make_env(
     timeout_s: float,
     pip_args: tuple[str, ...],
     sources: Sources,
-) -> str:
-    """The pin set's environment, requirements only; pip's log tail."""
+) -> tuple[bool, str]:
+    """The pin set's environment, requirements only, unless another launch made it while this
+    one waited for its lock: whether this call made it, and pip's log tail."""
     house = sources.wheelhouse
     if house and not host.run(["test", "-d", house], timeout_s=60).ok:
         raise StepFailed("build", f"wheelhouse {house} is not a folder on {host.address}")
-    # Without pip: the parent environment's pip and setuptools serve it (an ensurepip'd old
-    # setuptools would shadow them and could not build editable wheels). Layered, so a venv's
-    # or conda env's torch and CUDA packages stay visible (targets/pyenv.py).
-    made = host.run(
-        [
-            "sh",
-            "-c",
-            f"rm -rf {shlex.quote(env_dir)} && {layered_venv_shell(base_python, env_dir)}",
-        ],
-        timeout_s=timeout_s,
-    )
-    if not made.ok:
-        raise StepFailed("build", f"cannot make the environment {env_dir}: {made.tail(5)}")
-    pins = f"{env_dir}/{PINS_FILE}"
+    q = shlex.quote
+    pins = f"{env_dir}.{uuid.uuid4().hex}.pins"  # this launch's own: the set's full list
     host.write_file(pins, ("\n".join(plan.requirements) + "\n").encode())
     python = f"{env_dir}/bin/python"
-    argv = [python, "-m", "pip", "install", "-q", *pip_args, *sources.pip_args(), "-r", pins]
-    result = host.run(argv, timeout_s=timeout_s) if plan.requirements else made
+    args = " ".join(q(a) for a in (*pip_args, *sources.pip_args()))
+    install = f"{q(python)} -m pip install -q {args} -r {q(env_dir)}/{PINS_FILE}"
+    # Without pip: the parent environment's pip and setuptools serve it (an ensurepip'd old
+    # setuptools would shadow them and could not build editable wheels). Layered, so a venv's
+    # or conda env's torch and CUDA packages stay visible (targets/pyenv.py). Nothing of a
+    # failed attempt stays to be reused.
+    script = (
+        f"[ -e {q(env_dir)}/{OK_MARKER} ] && exit 0; "
+        f"rm -rf {q(env_dir)} && {layered_venv_shell(base_python, env_dir)} >/dev/null && "
+        f"mv {q(pins)} {q(env_dir)}/{PINS_FILE} && "
+        f"{install if plan.requirements else 'true'} && touch {q(env_dir)}/{OK_MARKER} && "
+        f"echo {MADE} || {{ rc=$?; rm -rf {q(env_dir)}; exit $rc; }}"
+    )
+    result = host.run([*_locked(env_dir), "sh", "-c", script], timeout_s=timeout_s)
+    host.run(["rm", "-f", pins], timeout_s=60)
     if not result.ok:
-        host.run(["rm", "-rf", env_dir], timeout_s=300)
         missing = missing_requirement(result.output)
         if missing:
             raise StepFailed(
@@ -111,8 +114,13 @@ def _make_env(
             )
         why = "timed out" if result.timed_out else f"exit {result.returncode}"
         raise StepFailed("build", f"pin set {plan.digest}: pip install {why}: {result.tail(15)}")
-    host.run(["touch", f"{env_dir}/{OK_MARKER}"], timeout_s=60)
-    return result.tail(15)
+    return MADE in result.output, result.tail(15).replace(MADE, "").strip()
+
+
+def _locked(env_dir: str) -> list[str]:
+    """Launches at once on one host (several slots) take turns in one environment: pip is not
+    safe against itself, and a half-made environment must not be seen as made."""
+    return ["flock", f"{env_dir}.lock"]
 
 
 def build(
@@ -133,12 +141,16 @@ def build(
     env_dir = f"{envs_root}/{plan.digest}"
     python = f"{env_dir}/bin/python"
     reused = host.read_text(f"{env_dir}/{OK_MARKER}") is not None
+    log = ""
+    if not reused:
+        made, log = _make_env(
+            host, plan, env_dir, base_python, timeout_s, pip_args, options.sources
+        )
+        reused = not made
+        if made:
+            evict_envs(host, envs_root, options.max_envs, spare=env_dir)
     if reused:
         host.run(["touch", f"{env_dir}/{OK_MARKER}"], timeout_s=60)  # its last use, for the LRU
-        log = ""
-    else:
-        log = _make_env(host, plan, env_dir, base_python, timeout_s, pip_args, options.sources)
-        evict_envs(host, envs_root, options.max_envs, spare=env_dir)
     how = "reused" if reused else f"made from {options.sources.describe()}"
     notes = [f"pin set {plan.digest} ({how}): {plan.label()}"]
     source = f"{worktree}/python"
@@ -148,7 +160,7 @@ def build(
         notes.append(f"sglang runs from its source folder {source} (build = source)")
     else:
         env = {"SETUPTOOLS_SCM_PRETEND_VERSION": PRETEND_VERSION} if plan.version_from_git else {}
-        argv = [python, "-m", "pip", "install", "-q", "--no-deps", *pip_args]
+        argv = [*_locked(env_dir), python, "-m", "pip", "install", "-q", "--no-deps", *pip_args]
         argv += [*options.sources.pip_args(), "-e", f"{worktree}/{plan.target}"]
         result = host.run(argv, cwd=worktree, env=env, timeout_s=timeout_s)
         log = "\n".join(x for x in (log, result.tail(15)) if x)

@@ -196,7 +196,10 @@ class SglangTarget(CommandTarget):
                 tuple(str(a) for a in self.opts.pip_args),
                 self._build_options(),
             )
-            python, source_path, notes = built.python, built.source_path, built.notes
+            python, notes = built.python, built.notes
+            # Served from its own worktree in every case: with several slots on one host,
+            # another commit of this pin set may have re-pointed the editable install since.
+            source_path = built.source_path or f"{worktree}/python"
             spent = time.monotonic() - started  # part of time to culprit: recorded per step
             info = BuildInfo("ok", built.reused, spent, f"pin set {built.digest}: {built.label}")
             (log_dir / "build.log").write_text(built.log)
@@ -290,6 +293,7 @@ class SglangTarget(CommandTarget):
     def describe(self, config: Configuration) -> dict[str, Any]:
         """Every command one launch runs on the host, for ``bisect start --dry-run``."""
         values = self._values(config, "<worktree>", 0)
+        source_path: str | None = None
         if self.installed:
             python, version, _, _ = self._probe_installed()
             steps = [
@@ -302,6 +306,7 @@ class SglangTarget(CommandTarget):
             if text is None:
                 raise StepFailed("build", f"{worktree} is not an SGLang checkout")
             options = self._build_options()
+            source_path = f"{worktree}/python"
             plan = install_plan(text, pins=options.pins)
             env_dir = f"{envs_root(self.host)}/{plan.digest}"
             python = f"{env_dir}/bin/python"
@@ -327,7 +332,7 @@ class SglangTarget(CommandTarget):
             steps += [
                 f"install {BOOT.name} + .pth into the environment's site-packages",
             ]
-        commands = self._commands(python, version, values)
+        commands = self._commands(python, version, values, source_path=source_path)
         described: dict[str, Any] = {
             "host": self.host.address,
             "launch": self._method(config),
