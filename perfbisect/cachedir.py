@@ -65,6 +65,8 @@ def _items(path: Path, kind: str) -> list[Path]:
             for t in repo.iterdir()
             if t.is_dir() and (t / ".git").exists()
         ]
+    if kind == "sglang-envs":  # the environments; not their lock files
+        return [p for p in path.iterdir() if p.is_dir()]
     return list(path.iterdir())
 
 

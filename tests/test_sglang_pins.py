@@ -515,3 +515,34 @@ def test_a_range_of_hundreds_of_commits_reads_its_few_pin_sets(tmp_path: Path) -
     assert [s.plan.digest for s in found.sets] == [
         install_plan(real(v)).digest for v in ("0.5.9", "0.5.10", "0.5.10.post1")
     ]  # 0.5.2's pins, on the side branch only, are not among them
+
+
+@pytest.mark.parametrize(
+    "line,message",
+    [
+        ("pins = [1]", "'target.pins': must be a list of package names"),
+        ("max_envs = 0", "'target.max_envs': must be at least 1"),
+        ('build = "wheel"', "'target.build': must be one of editable, source, installed"),
+        ('wheelhouse = ["w"]', "'target.wheelhouse'"),
+    ],
+)
+def test_bad_sglang_build_options_are_named(
+    cli: Cli, tmp_path: Path, line: str, message: str
+) -> None:
+    repo = make_repo(tmp_path / "sglang", [checkout(real("0.5.10")), checkout(real("0.5.9"))])
+    (tmp_path / "perfbisect.toml").write_text(
+        '[target]\nkind = "sglang"\nrepo = "sglang"\nmodel = "/m/t"\ndraft_model = "/m/d"\n'
+        f"{line}\n"
+    )
+    result = cli.run("bisect", "start", "--good", repo.shas[0], "--bad", repo.shas[1])
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_cache_lists_environments_not_their_locks(cli: Cli, tmp_path: Path) -> None:
+    envs = tmp_path / "cache" / "sglang-envs"
+    (envs / "0123456789abcdef").mkdir(parents=True)
+    (envs / "0123456789abcdef.lock").touch()
+    listed = cli.json("cache", "list", "--json")
+    entry = next(e for e in listed["entries"] if e["kind"] == "sglang-envs")
+    assert entry["items"] == 1
