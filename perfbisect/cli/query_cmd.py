@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from perfbisect.cli.context import ctx_store, emit_json
+from perfbisect.cli.context import ctx_store, emit_json, output_file, write_output
 
 app = typer.Typer(
     rich_markup_mode=None,  # help texts hold [env], ssh://[user@]host: not markup
@@ -47,17 +47,25 @@ def history_cmd(
 ) -> None:
     """The stored launches matching the filters (the newest --limit of them), oldest first."""
     from perfbisect.cli.render import render_rows
-    from perfbisect.config import parse_spec
-    from perfbisect.errors import lead_with_error
+    from perfbisect.config import BUILTIN_AXES, parse_spec
+    from perfbisect.errors import UsageError, lead_with_error
     from perfbisect.formatting import cfg, num, stage_times
-    from perfbisect.store.history import history
+    from perfbisect.store.history import history, known_axes
 
+    store = ctx_store(ctx, create=False)
     axes = parse_spec(config) if config else None
+    if axes:
+        known = known_axes(store) | set(BUILTIN_AXES)
+        unknown = sorted(set(axes) - known)
+        if unknown:  # a misspelt axis would match nothing: an empty table that looks like news
+            raise UsageError(
+                f"--config: unknown axis {unknown[0]!r} (known: {', '.join(sorted(known))})"
+            )
     end = _since(until, "--until")
     if end is not None and until is not None and len(until) == 10:  # a date: the whole day
         end += timedelta(days=1, microseconds=-1)
     views = history(
-        ctx_store(ctx),
+        store,
         axes=axes,
         metric=metric,
         since=_since(since, "--since"),
@@ -73,7 +81,7 @@ def history_cmd(
         [
             (
                 v.id,
-                v.started_at.isoformat(timespec="seconds"),
+                v.started_at.isoformat(timespec="seconds") + "Z",
                 v.session_id,
                 cfg(v.axes),
                 v.metric,
@@ -96,7 +104,7 @@ def sessions(ctx: typer.Context, as_json: bool = JSON) -> None:
     from perfbisect.formatting import cfg
     from perfbisect.store.history import list_sessions
 
-    rows = list_sessions(ctx_store(ctx))
+    rows = list_sessions(ctx_store(ctx, create=False))
     data: list[dict[str, Any]] = []
     for row in rows:
         culprit = (row.result or {}).get("culprit") or {}
@@ -122,7 +130,7 @@ def sessions(ctx: typer.Context, as_json: bool = JSON) -> None:
             (
                 d["session"],
                 d["name"],
-                d["created_at"][:19],
+                d["created_at"][:19] + "Z",
                 d["status"],
                 d["outcome"],
                 cfg(d["first_bad"] or {}),
@@ -161,9 +169,12 @@ def show(
     as_json: bool = JSON,
 ) -> None:
     """One launch: its samples' statistics, timings, log location and environment snapshot."""
+    import json
+
+    from perfbisect.formatting import cfg, stage_times
     from perfbisect.store.history import flatten
 
-    data = _launch_summary(ctx_store(ctx), launch_id)
+    data = _launch_summary(ctx_store(ctx, create=False), launch_id)
     if as_json:
         emit_json(data)
         return
@@ -172,7 +183,7 @@ def show(
         f"launch {launch['id']} (session {launch['session']}, {launch['purpose']}) "
         f"{launch['started_at']}"
     )
-    typer.echo(f"config: {launch['config']}")
+    typer.echo(f"config: {cfg(launch['config'])}")
     typer.echo(
         f"status: {launch['status']}"
         + (f" ({launch['stage']}: {launch['reason']})" if launch["status"] != "ok" else "")
@@ -184,17 +195,19 @@ def show(
         )
         for flag in stats["flags"]:
             typer.echo(f"warning: {flag}")
-    typer.echo(f"timings: {launch['timings']}")
+    typer.echo(f"timings: {stage_times(launch['timings'] or {})}")
     typer.echo(f"log: {launch['log']}")
     for key, value in flatten(data["snapshot"]).items():
-        typer.echo(f"  {key} = {value}")
+        # JSON for what is not text (lists, None, booleans), never a Python repr
+        shown = value if isinstance(value, str) else json.dumps(value, default=str)
+        typer.echo(f"  {key} = {shown}")
 
 
 @app.command()
 def compare(
     ctx: typer.Context,
-    launch_a: int = typer.Argument(...),
-    launch_b: int = typer.Argument(...),
+    launch_a: int = typer.Argument(..., help="The first launch's id (see history): a."),
+    launch_b: int = typer.Argument(..., help="The second launch's id: b, compared with a."),
     as_json: bool = JSON,
     html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML page."),
 ) -> None:
@@ -202,12 +215,12 @@ def compare(
     from perfbisect.cli.render import render_rows
     from perfbisect.store.history import diff_snapshots
 
-    store = ctx_store(ctx)
+    html = output_file(html, "--html")
+    store = ctx_store(ctx, create=False)
     if html is not None:
         from perfbisect.html_report import compare_html
 
-        html.write_text(compare_html(store, launch_a, launch_b))
-        typer.echo(f"wrote {html}", err=True)
+        write_output(html, compare_html(store, launch_a, launch_b), "--html")
     a, b = _launch_summary(store, launch_a), _launch_summary(store, launch_b)
     env = [{"key": k, "a": x, "b": y} for k, x, y in diff_snapshots(a["snapshot"], b["snapshot"])]
     keys = ["n", "median", "p10", "p90", "min", "max"]

@@ -333,3 +333,9 @@ def diff_snapshots(
         for k in keys
         if fa.get(k) != fb.get(k) and not any(k.endswith(i) or k.startswith(i) for i in ignore)
     ]
+
+
+def known_axes(store: Store) -> set[str]:
+    """Every axis a stored configuration has: what a history filter can name."""
+    with store.transaction() as db:
+        return {k for axes in db.scalars(select(ConfigurationRow.axes)) for k in (axes or {})}
