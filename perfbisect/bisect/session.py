@@ -59,19 +59,20 @@ from perfbisect.targets.sglang.proxy import ProxySpec
 
 
 def expected_steps(path_length: int, plans: list[dict[str, Any]] | None = None) -> int:
-    """Configurations a session is expected to judge, for the progress display: endpoints,
-    the search, the verified pair. Across several axes (``plans``) the search is the
-    attribution (one configuration per axis), then each axis's own search: a binary search
-    along a path, ddmin over a set (about two configurations per member halving)."""
+    """Configurations a session is expected to judge, for the progress display: the
+    endpoints and the search (verifying the crossing judges two of them again: no new ones).
+    Across several axes (``plans``) the search is the attribution (one configuration per
+    axis), then each axis's own search: a binary search along a path, ddmin over a set (about
+    two configurations per halving of its members)."""
     if not plans:
-        return 2 + _halvings(path_length) + 2
+        return 2 + _halvings(path_length)
     axes = [AxisPlan.from_json(p) for p in plans]
     attribution = len(axes) if len(axes) > 1 else 0
     inner = sum(
         _halvings(len(a.values)) if a.kind == "path" else 2 * max(1, _halvings(len(a.items) + 1))
         for a in axes
     )
-    return 2 + attribution + inner + 2
+    return 2 + attribution + inner
 
 
 def _halvings(length: int) -> int:

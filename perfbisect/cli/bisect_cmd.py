@@ -70,10 +70,15 @@ def _run(as_json: bool, call: Callable[[Any], Report]) -> Report:
 def start(
     ctx: typer.Context,
     good: str = typer.Option(
-        ..., "--good", help="Good configuration: 'v1.2' or 'commit=v1.2,flag=a'."
+        ...,
+        "--good",
+        metavar="<spec>",
+        help="Good configuration: 'v1.2' or 'commit=v1.2,flag=a'.",
     ),
-    bad: str = typer.Option(..., "--bad", help="Bad configuration, same syntax."),
-    config: Path = typer.Option(Path("perfbisect.toml"), "-c", "--config", help="Experiment file."),
+    bad: str = typer.Option(..., "--bad", metavar="<spec>", help="Bad configuration, same syntax."),
+    config: Path = typer.Option(
+        Path("perfbisect.toml"), "-c", "--config", metavar="<file>", help="Experiment file."
+    ),
     threshold_ms: float | None = typer.Option(
         None,
         "--threshold-ms",
@@ -81,9 +86,11 @@ def start(
         help="Fixed threshold, above 0 (default: the endpoints' geometric midpoint).",
     ),
     min_launches: int = typer.Option(
-        1, "--min-launches", min=1, help="Launches per point to start with."
+        1, "--min-launches", min=1, metavar="<n>", help="Launches per point to start with."
     ),
-    max_launches: int = typer.Option(5, "--max-launches", min=1, help="Most launches per point."),
+    max_launches: int = typer.Option(
+        5, "--max-launches", min=1, metavar="<n>", help="Most launches per point."
+    ),
     all_steps: bool = typer.Option(
         False,
         "--all-steps",
@@ -96,11 +103,14 @@ def start(
         help="Launch everything anew: no search launch reused from earlier sessions of this "
         "experiment on this host (default: reused when at most 7 days old).",
     ),
-    name: str | None = typer.Option(None, "--name", help="A name for the session."),
+    name: str | None = typer.Option(
+        None, "--name", metavar="<name>", help="A name for the session."
+    ),
     slots: int | None = typer.Option(
         None,
         "--slots",
         min=1,
+        metavar="<n>",
         help="Launches at once (default: [executor] slots): the search proposes that many "
         "points per round (k-ary search).",
     ),
@@ -119,7 +129,9 @@ def start(
         "= true); a changed key is always refused.",
     ),
     as_json: bool = JSON,
-    plot: Path | None = typer.Option(None, "--plot", help="Also write a PNG plot here."),
+    plot: Path | None = typer.Option(
+        None, "--plot", metavar="<file.png>", help="Also write a PNG plot here."
+    ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print what the first launch would run on the host; run nothing."
     ),
@@ -268,9 +280,14 @@ def report(
     ctx: typer.Context,
     session: str | None = SESSION,
     as_json: bool = JSON,
-    plot: Path | None = typer.Option(None, "--plot", help="Write a PNG plot here."),
+    plot: Path | None = typer.Option(
+        None, "--plot", metavar="<file.png>", help="Write a PNG plot here."
+    ),
     html: Path | None = typer.Option(
-        None, "--html", help="Also write a self-contained HTML report here (no network needed)."
+        None,
+        "--html",
+        metavar="<file.html>",
+        help="Also write a self-contained HTML report here (no network needed).",
     ),
 ) -> None:
     """The final report of a finished session."""
@@ -285,6 +302,8 @@ def report(
         from perfbisect.html_report import session_html
 
         write_output(html, session_html(store, str(row.id)), "--html")
+    if row.result is None and row.status == "reset":
+        raise StoreError(f"session {row.id} was reset before it finished: it has no report")
     if row.result is None:
         raise StoreError(
             f"session {row.id} has no report yet (status {row.status}); "

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
+import typer.core
+import typer.main
 
 from perfbisect.cli import bisect_cmd, cache_cmd, demo_cmd, probe_cmd, query_cmd
 from perfbisect.cli.context import Context
@@ -85,6 +88,24 @@ def _install_completion(ctx: typer.Context, _param: object, value: str | None) -
 COMPLETE_VAR = "_PERFBISECT_COMPLETE"
 
 
+def command() -> typer.core.TyperGroup:
+    """The click command behind `perfbisect`. An argument's help shows its name and text, not
+    the Python type Typer adds (``kinds... <list[str]>``): an argument's type is no metavar
+    that Typer lets a command set."""
+    group = typer.main.get_command(app)
+
+    def visit(cmd: Any) -> None:
+        for param in cmd.params:
+            if isinstance(param, typer.core.TyperArgument):
+                param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
+        for sub in getattr(cmd, "commands", {}).values():
+            visit(sub)
+
+    visit(group)
+    assert isinstance(group, typer.core.TyperGroup)
+    return group
+
+
 def _completion_args(args: list[str]) -> list[str]:
     """``--show-completion`` / ``--install-completion`` given without a shell: the current
     shell (an empty value, detected by the option's callback)."""
@@ -105,7 +126,9 @@ def main(
         None,
         "--db",
         envvar="PERFBISECT_DB",
-        help="History database: SQLAlchemy URL or SQLite file (default: user data dir).",
+        metavar="<url|file>",
+        help="History database: SQLAlchemy URL or SQLite file (default: user data dir). "
+        "Before the command: perfbisect --db FILE bisect ...",
     ),
     version: bool = typer.Option(
         False,
@@ -156,7 +179,7 @@ def run() -> None:
     completion_init()  # the shells' completion requests (_PERFBISECT_COMPLETE) as Typer's
     interrupts.install()
     try:
-        app(args=_completion_args(sys.argv[1:]), prog_name="perfbisect")
+        command()(args=_completion_args(sys.argv[1:]), prog_name="perfbisect")
     except PerfbisectError as exc:
         message = str(exc).replace("\n", " | ") if exc.exit_code != 130 else str(exc)
         _fail(message, exc.exit_code, type(exc).__name__, as_json)

@@ -4,8 +4,8 @@ On a terminal each stage (checkout, build, serve, measure) shows a spinner with 
 time, so a model whose readiness takes ten minutes visibly lives; when the stage ends, one line
 with its duration stays. Not on a terminal (CI logs, pipes) only the finished lines are printed.
 The counter is configurations judged so far against an estimate that grows when the search
-needs more: one more than judged while it runs past the estimate (``[9/~10]``, never ``[21/9]``
-nor ``[9/~9]`` with work left). The elapsed time is the session's, a resumed one's earlier runs
+needs more: one more than judged once it runs past the estimate (``[9/~10]``, never ``[21/9]``
+nor ``[8/~8]``, ``[9/~9]``). The elapsed time is the session's, a resumed one's earlier runs
 included.
 """
 
@@ -82,7 +82,7 @@ class ConsoleProgress:
         self.shown[point.position] = (point.verdict.value, content)
         self.judged.add(point.position)
         judged = len(self.judged)
-        total = self.expected if judged < self.expected else judged + 1
+        total = self.expected if judged <= self.expected else judged + 1
         style = VERDICT_STYLE.get(point.verdict.value, "")
         value = f"{num(est.median)} [{num(est.lo)}, {num(est.hi)}]" if est else "-"
         elapsed = self.spent_s + time.monotonic() - self.started_at

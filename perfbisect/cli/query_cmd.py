@@ -35,13 +35,22 @@ def _since(text: str | None, option: str = "--since") -> datetime | None:
 def history_cmd(
     ctx: typer.Context,
     config: str | None = typer.Option(
-        None, "--config", help="Filter: axis=value pairs (commit prefix ok)."
+        None,
+        "--config",
+        metavar="<axis=value,...>",
+        help="Filter: axis=value pairs (commit prefix ok).",
     ),
-    metric: str | None = typer.Option(None, "--metric", help="Filter by metric name."),
-    since: str | None = typer.Option(None, "--since", help="Only launches since this date."),
-    until: str | None = typer.Option(None, "--until", help="Only launches until this date."),
+    metric: str | None = typer.Option(
+        None, "--metric", metavar="<name>", help="Filter by metric name."
+    ),
+    since: str | None = typer.Option(
+        None, "--since", metavar="<date>", help="Only launches since this date (UTC)."
+    ),
+    until: str | None = typer.Option(
+        None, "--until", metavar="<date>", help="Only launches until this date (UTC)."
+    ),
     limit: int = typer.Option(
-        200, "--limit", min=0, help="Only the newest N launches (0: all of them)."
+        200, "--limit", min=0, metavar="<n>", help="Only the newest N launches (0: all of them)."
     ),
     as_json: bool = JSON,
 ) -> None:
@@ -207,9 +216,13 @@ def show(
 def compare(
     ctx: typer.Context,
     launch_a: int = typer.Argument(..., help="The first launch's id (see history): a."),
-    launch_b: int = typer.Argument(..., help="The second launch's id: b, compared with a."),
+    launch_b: int = typer.Argument(
+        ..., help="The second launch's id: b, compared with a (ratio b/a)."
+    ),
     as_json: bool = JSON,
-    html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML page."),
+    html: Path | None = typer.Option(
+        None, "--html", metavar="<file.html>", help="Also write a self-contained HTML page."
+    ),
 ) -> None:
     """Two launches side by side, and the differences of their environment snapshots."""
     from perfbisect.cli.render import render_rows

@@ -380,7 +380,8 @@ class CommandTarget:
         build, plan = self._build(config, worktree, values, env, logs)
         # The stage's wall time: a cached or "installed" build still spends it (checking the
         # environment, installing the verify timer, preparing a proxy's model folder).
-        timings["build_s"] = max(build.duration_s, time.monotonic() - t_build)
+        if self._builds():
+            timings["build_s"] = max(build.duration_s, time.monotonic() - t_build)
         snapshot = hardware_snapshot(self.host)
         gpu_before = gpu_memory_used(snapshot)
 
