@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import EXPERIMENT, Cli, sessions_in, value_repo
+from sshd_fixture import SshServer
 from test_resume import SLOW_MEASURE, launches, start_background, wait_for_launches
 
 
@@ -475,3 +476,39 @@ def test_the_counter_stays_one_ahead_past_its_estimate_and_keeps_the_sessions_cl
         "[5/~6]",
     ], lines
     assert "launches, 2:05" in lines[0], lines[0]  # the session's time, not 0:00
+
+
+def test_bisect_start_takes_the_hosts_ssh_config_and_accepts_a_new_key(
+    cli: Cli, ssh_server: SshServer, tmp_path: Path
+) -> None:
+    # The README's `bisect start --accept-new-host-key` / `--ssh-config`: a host whose key is
+    # unknown, reached with a config the experiment does not name.
+    repo = value_repo(tmp_path / "repo", [10.0, 10.0, 30.0])
+    (tmp_path / "perfbisect.toml").write_text(
+        EXPERIMENT + f'\n[host]\naddress = "{ssh_server.address}"\n'
+    )
+    known = tmp_path / "known_hosts"
+    key = next(p for p in ssh_server.ssh_config.read_text().split() if p.endswith("/client"))
+    config = tmp_path / "my_ssh_config"
+    config.write_text(f"Host *\n  IdentityFile {key}\n  UserKnownHostsFile {known}\n")
+    result = cli.run(
+        "bisect",
+        "start",
+        "--good",
+        repo.shas[0],
+        "--bad",
+        repo.shas[2],
+        "--ssh-config",
+        str(config),
+        "--accept-new-host-key",
+        "--json",
+        timeout=400,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["status"] == "found"
+    assert report["culprit"]["first_bad"] == {"commit": repo.shas[2]}
+    assert "trusting the new host key" in result.stderr
+    assert f"[127.0.0.1]:{ssh_server.port}" in known.read_text()
+    hosts = {v["host"] for v in cli.json("bisect", "log", "--json")}
+    assert hosts == {ssh_server.address}, hosts
