@@ -112,6 +112,18 @@ def test_ctrl_c_prints_a_resume_command_with_db_and_path_that_works_as_printed(
     assert f"`{expected}` continues it" in status.stdout
     assert re.search(r"started \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ by", status.stdout), status.stdout
 
+    # a session that is not there: the command that lists them names this database too
+    missing = subprocess.run(
+        [exe, "--db", str(mine), "bisect", "status", "99"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    listing = shlex.join([exe, "--db", str(mine), "query", "sessions"])
+    assert f"(see `{listing}`)" in error_line(missing)
+
     # and run as printed, from elsewhere, it resumes this session in this database
     before = count_launches(mine)
     resumed = subprocess.run(
