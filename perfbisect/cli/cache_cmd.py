@@ -45,7 +45,7 @@ def list_command(as_json: bool = typer.Option(False, "--json", help="Print JSON.
                 e.kind,
                 _human(e.bytes),
                 e.items,
-                time.strftime("%Y-%m-%d %H:%M", time.localtime(e.newest)) if e.newest else "-",
+                time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(e.newest)) if e.newest else "-",
                 e.path,
                 e.what,
             )
