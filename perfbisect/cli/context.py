@@ -35,12 +35,6 @@ def ctx_store(ctx: typer.Context, create: bool = True) -> Store:
     return obj.store(create=create)
 
 
-def ctx_db_url(ctx: typer.Context) -> str | None:
-    obj: Any = ctx.find_root().obj
-    assert isinstance(obj, Context)
-    return obj.db_url
-
-
 def output_file(path: str | Path | None, option: str) -> Path | None:
     """A file a command is to write (``--html``, ``--plot``), checked before any work: its
     directory exists and is writable. Input to fix: a usage error naming the option."""

@@ -9,7 +9,7 @@ import typer
 import typer.core
 import typer.main
 
-from perfbisect.cli import bisect_cmd, cache_cmd, demo_cmd, probe_cmd, query_cmd
+from perfbisect.cli import bisect_cmd, cache_cmd, completion, demo_cmd, probe_cmd, query_cmd
 from perfbisect.cli.context import Context
 
 app = typer.Typer(
@@ -17,9 +17,7 @@ app = typer.Typer(
     help="Automated, noise-aware performance-regression bisection for LLM serving.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    # Typer's own completion options detect the shell and ignore one named after them
-    # (`--show-completion fish` printed bash's script): ours take the shell, else detect it.
-    add_completion=False,
+    add_completion=False,  # ours (cli/completion.py) take the shell named
     rich_markup_mode=None,  # help texts hold [env], ssh://[user@]host: not markup
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -42,52 +40,6 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
-
-
-def _completion_shell(value: str) -> str:
-    """The shell named, or (the option given alone) the one this command runs under."""
-    from perfbisect.errors import UsageError
-
-    shell = value
-    if not shell:
-        from typer._completion_shared import _get_shell_name
-
-        shell = _get_shell_name() or ""
-    if shell not in SHELLS:
-        raise UsageError(
-            f"shell {shell or '(not detected)'!r} has no completion: name one of {', '.join(SHELLS)}"
-        )
-    return shell
-
-
-def _show_completion(ctx: typer.Context, _param: object, value: str | None) -> None:
-    if value is None or ctx.resilient_parsing:
-        return
-    from typer._completion_shared import get_completion_script
-
-    shell = _completion_shell(value)
-    typer.echo(
-        get_completion_script(prog_name="perfbisect", complete_var=COMPLETE_VAR, shell=shell)
-    )
-    raise typer.Exit()
-
-
-def _install_completion(ctx: typer.Context, _param: object, value: str | None) -> None:
-    if value is None or ctx.resilient_parsing:
-        return
-    from typer._completion_shared import install
-
-    shell, path = install(
-        shell=_completion_shell(value), prog_name="perfbisect", complete_var=COMPLETE_VAR
-    )
-    typer.echo(f"{shell} completion installed in {path}; it takes effect in a new shell")
-    raise typer.Exit()
-
-
-COMPLETE_VAR = "_PERFBISECT_COMPLETE"
-
-
 def command() -> typer.core.TyperGroup:
     """The click command behind `perfbisect`. An argument's help shows its name and text, not
     the Python type Typer adds (``kinds... <list[str]>``): an argument's type is no metavar
@@ -104,19 +56,6 @@ def command() -> typer.core.TyperGroup:
     visit(group)
     assert isinstance(group, typer.core.TyperGroup)
     return group
-
-
-def _completion_args(args: list[str]) -> list[str]:
-    """``--show-completion`` / ``--install-completion`` given without a shell: the current
-    shell (an empty value, detected by the option's callback)."""
-    out = list(args)
-    for i, arg in enumerate(out):
-        if arg in ("--show-completion", "--install-completion") and (
-            i + 1 == len(out) or out[i + 1].startswith("-")
-        ):
-            out.insert(i + 1, "")
-            break
-    return out
 
 
 @app.callback()
@@ -143,7 +82,7 @@ def main(
         metavar="[SHELL]",
         is_eager=True,
         expose_value=False,
-        callback=_install_completion,
+        callback=completion.install_completion,
         help="Install completion for this shell: bash, zsh, fish or powershell "
         "(default: the current shell).",
     ),
@@ -153,7 +92,7 @@ def main(
         metavar="[SHELL]",
         is_eager=True,
         expose_value=False,
-        callback=_show_completion,
+        callback=completion.show_completion,
         help="Print the completion script for this shell (default: the current shell).",
     ),
 ) -> None:
@@ -179,7 +118,7 @@ def run() -> None:
     completion_init()  # the shells' completion requests (_PERFBISECT_COMPLETE) as Typer's
     interrupts.install()
     try:
-        command()(args=_completion_args(sys.argv[1:]), prog_name="perfbisect")
+        command()(args=completion.completion_args(sys.argv[1:]), prog_name="perfbisect")
     except PerfbisectError as exc:
         message = str(exc).replace("\n", " | ") if exc.exit_code != 130 else str(exc)
         _fail(message, exc.exit_code, type(exc).__name__, as_json)
@@ -192,6 +131,8 @@ def _global_option_after_command(args: list[str]) -> str | None:
     with the command line that works. Click would only say "No such option: --db"."""
     import shlex
 
+    from perfbisect.invocation import executable
+
     command_at = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
     if command_at is None or (command_at > 0 and args[command_at - 1] == "--db"):
         return None  # `--db X` before the command: X is no command
@@ -201,7 +142,7 @@ def _global_option_after_command(args: list[str]) -> str | None:
         if arg == "--db" or arg.startswith("--db="):
             taken = args[i : i + 2] if arg == "--db" else [arg]
             rest = args[:i] + args[i + len(taken) :]
-            fixed = shlex.join(["perfbisect", *taken, *rest])
+            fixed = shlex.join([*executable(), *taken, *rest])
             return f"--db is an option of perfbisect itself: give it before the command: {fixed}"
     return None
 
