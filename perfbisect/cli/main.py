@@ -129,10 +129,6 @@ def run() -> None:
 def _global_option_after_command(args: list[str]) -> str | None:
     """``--db`` given after the command (``perfbisect bisect status --db x.db``): what to say,
     with the command line that works. Click would only say "No such option: --db"."""
-    import shlex
-
-    from perfbisect.invocation import executable
-
     command_at = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
     if command_at is None or (command_at > 0 and args[command_at - 1] == "--db"):
         return None  # `--db X` before the command: X is no command
@@ -142,6 +138,10 @@ def _global_option_after_command(args: list[str]) -> str | None:
         if arg == "--db" or arg.startswith("--db="):
             taken = args[i : i + 2] if arg == "--db" else [arg]
             rest = args[:i] + args[i + len(taken) :]
+            import shlex
+
+            from perfbisect.invocation import executable  # the store's URL code: only here
+
             fixed = shlex.join([*executable(), *taken, *rest])
             return f"--db is an option of perfbisect itself: give it before the command: {fixed}"
     return None
