@@ -44,6 +44,13 @@ setup() {
   touch /tmp/pbreal/setup.ok
 }
 
+# A wheel the smoke found missing, sent later: `carry` .gpu/extra with it, then `go` again.
+extra_wheels() {
+  compgen -G "$repo/.gpu/extra/*.whl" >/dev/null || return 0
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "$repo"/.gpu/extra/*.whl \
+    && echo "installed extra: $(cd "$repo/.gpu/extra" && ls ./*.whl | tr '\n' ' ')"
+}
+
 # Both endpoints import SGLang's server, scheduler and EAGLE workers from source (no GPU): a
 # package the wheel set lacks shows here in seconds, not after a launch's minute.
 smoke() {
@@ -98,7 +105,8 @@ case "$1" in
     ls -la /tmp/parts; git --version; nvidia-smi --query-gpu=name,driver_version --format=csv
     python3 -c "import torch; print('torch', torch.__version__, 'gpus', torch.cuda.device_count())" ;;
   go|resume)
-    { setup && echo "setup done at ${SECONDS}s"; } > "$OUT/setup.txt" 2>&1 || { cat "$OUT/setup.txt"; exit 1; }
+    { setup && echo "setup done at ${SECONDS}s" && extra_wheels; } > "$OUT/setup.txt" 2>&1 \
+      || { cat "$OUT/setup.txt"; exit 1; }
     cat "$OUT/setup.txt"
     export PYTHONPATH=$repo:/tmp/site
     if [ "$1" = go ]; then
