@@ -341,7 +341,7 @@ class SglangTarget(CommandTarget):
                 f"   # once per pin set ({plan.label()}), layered on that interpreter's own "
                 "environment",
                 f"{python} -m pip install {pip}-r {env_dir}/perfbisect-pins.txt"
-                f"   # the {len(plan.requirements)} requirements, from "
+                f"   # the {len(plan.keyed_by)} requirements, from "
                 f"{options.sources.describe()}",
                 f"{pretend}{python} -m pip install --no-deps {pip}-e {worktree}/{plan.target}"
                 if not options.source_only
