@@ -93,7 +93,11 @@ def _make_env(
     host.write_file(pins, ("\n".join(plan.keyed_by) + "\n").encode())
     python = f"{env_dir}/bin/python"
     args = " ".join(q(a) for a in (*pip_args, *sources.pip_args()))
-    install = f"{q(python)} -m pip install -q {args} -r {q(env_dir)}/{PINS_FILE}"
+    # Pins the parent interpreter already meets need no pip at all: pip's resolver would still
+    # want every dependency of an installed pin from the sources (an offline host that got its
+    # packages with --no-deps has no wheel for them), for nothing to install.
+    met = f"{q(python)} -c {q(_PINS_MET)} {q(env_dir)}/{PINS_FILE}"
+    install = f"{{ {met} || {q(python)} -m pip install -q {args} -r {q(env_dir)}/{PINS_FILE}; }}"
     # Without pip: the parent environment's pip and setuptools serve it (an ensurepip'd old
     # setuptools would shadow them and could not build editable wheels). Layered, so a venv's
     # or conda env's torch and CUDA packages stay visible (targets/pyenv.py). Nothing of a
@@ -118,6 +122,27 @@ def _make_env(
         why = "timed out" if result.timed_out else f"exit {result.returncode}"
         raise StepFailed("build", f"pin set {plan.digest}: pip install {why}: {result.tail(15)}")
     return MADE in result.output, result.tail(15).replace(MADE, "").strip()
+
+
+# Exit 0 when every requirement in the file (argv[1]) is met by what the interpreter already
+# has; pip's own vendored packaging reads them, so nothing beyond pip is needed.
+_PINS_MET = """
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pip._vendor.packaging.requirements import Requirement
+for line in open(sys.argv[1]).read().splitlines():
+    if not line.strip():
+        continue
+    req = Requirement(line)
+    if req.marker is not None and not req.marker.evaluate():
+        continue
+    try:
+        have = version(req.name)
+    except PackageNotFoundError:
+        sys.exit(1)
+    if not req.specifier.contains(have, prereleases=True):
+        sys.exit(1)
+"""
 
 
 def _locked(env_dir: str) -> list[str]:
