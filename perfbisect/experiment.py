@@ -38,6 +38,14 @@ METRIC_SCHEMA: Schema = {
     "higher_is_better": ((bool,), False),
 }
 CUSTOM_AXIS_SCHEMA: Schema = {"values": ((list,), True), "ordered": ((bool,), False)}
+PATCHES_SCHEMA: Schema = {"files": ((list,), True)}
+NCCL_SCHEMA: Schema = {"values": ((list,), True), "cuda": ((int,), False)}
+DRIVER_SCHEMA: Schema = {
+    "values": ((list,), True),
+    "hosts": ((dict,), False),
+    "switch": ((str,), False),
+    "wait_s": (NUMBER, False),
+}
 HOST_SCHEMA: Schema = {
     "address": ((str,), False),
     "ssh_config": ((str,), False),
@@ -434,7 +442,7 @@ def _parse_patches(check: Checker, axes: Mapping[str, Any], path: Path) -> tuple
     if not table:
         return ()
     where = ("axes", "patches")
-    check.check(table, where, {"files": ((list,), True)})
+    check.check(table, where, PATCHES_SCHEMA)
     files = table["files"]
     if not files or not all(isinstance(f, str) for f in files):
         raise check.fail(where, "files", "must be a non-empty list of patch file paths")
@@ -465,7 +473,7 @@ def _parse_nccl(
     if not table:
         return (), None
     where = ("axes", "nccl")
-    check.check(table, where, {"values": ((list,), True), "cuda": ((int,), False)})
+    check.check(table, where, NCCL_SCHEMA)
     values = table["values"]
     if len(values) < 2 or not all(isinstance(v, str) and v for v in values):
         raise check.fail(where, "values", "must list at least two versions (or library paths)")
@@ -493,16 +501,7 @@ def _parse_driver(check: Checker, axes: Mapping[str, Any]) -> DriverSettings | N
     if not table:
         return None
     where = ("axes", "driver")
-    check.check(
-        table,
-        where,
-        {
-            "values": ((list,), True),
-            "hosts": ((dict,), False),
-            "switch": ((str,), False),
-            "wait_s": (NUMBER, False),
-        },
-    )
+    check.check(table, where, DRIVER_SCHEMA)
     values = table["values"]
     if len(values) < 2 or not all(isinstance(v, str) and v for v in values):
         raise check.fail(where, "values", "must list at least two driver versions")

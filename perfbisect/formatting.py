@@ -3,6 +3,7 @@ and in the HTML report: numbers to meaningful digits, whole configurations, stag
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +22,21 @@ def cfg(config: Mapping[str, Any]) -> str:
     return ",".join(
         str(value) if key == "commit" else f"{key}={value}" for key, value in config.items()
     )
+
+
+# Tables show a commit as git's long short form: 12 hex digits name a commit uniquely in any
+# real repository and still fit a 100-column terminal; JSON and `--full-hashes` keep all 40.
+SHORT_SHA = 12
+# A whole SHA-1 or SHA-256 object name standing as a value of its own (after a start, a space,
+# `=` or `,`; before an end, a space or a punctuation mark): never part of a path or a longer
+# word, which stay whole.
+_FULL_SHA = re.compile(r"(?<![^\s=,(])([0-9a-f]{40}(?:[0-9a-f]{24})?)(?=$|[\s,;)]|[.:](?:\s|$))")
+
+
+def short_hashes(text: str) -> str:
+    """``commit=c1fda1d002f4e69d...`` as ``commit=c1fda1d002f4``: every full commit hash in
+    ``text`` cut to its first ``SHORT_SHA`` digits (git accepts the prefix back)."""
+    return _FULL_SHA.sub(lambda m: m.group(1)[:SHORT_SHA], text)
 
 
 def interval(ms: Interval | None) -> str:

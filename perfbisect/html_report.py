@@ -9,20 +9,22 @@ recorded at launch time (secrets redacted there).
 
 from __future__ import annotations
 
-import html
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from perfbisect.bisect.report_model import Report, Step
+from perfbisect.bisect.report_model import Report, Step, counted
 from perfbisect.formatting import (
     cfg,
     confidence_text,
     interval,
     num,
+    short_hashes,
     stage_times,
     verification_text,
 )
+from perfbisect.html_chart import COLOURS, chart, esc, host_of
+from perfbisect.samples import sample_stats
 from perfbisect.store.database import Store
 from perfbisect.store.history import (
     LaunchView,
@@ -33,39 +35,65 @@ from perfbisect.store.history import (
     session_snapshots,
 )
 
-COLOURS = {
-    "good": "#2ca02c",
-    "bad": "#d62728",
-    "intermediate": "#17becf",
-    "unclear": "#ff7f0e",
-    "skip": "#9467bd",
-    "failed": "#555555",
-}
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1200px}
 h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:24px 0 6px;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;font-size:13px;margin:6px 0} td,th{border:1px solid #ddd;padding:3px 6px;
-vertical-align:top;text-align:left;word-break:break-word} .wide{overflow-x:auto} th{background:#f4f4f4} code,.mono{font-family:ui-monospace,Menlo,monospace;
-font-size:12px;word-break:break-all} .verdict{font-weight:600} .found{color:#2ca02c} .ambiguous,
-.endpoints-not-reproduced{color:#b8860b} .note{color:#666} details{margin:2px 0} svg{background:#fff;
-border:1px solid #ddd} .legend span{display:inline-block;margin-right:12px;font-size:12px}
+table{border-collapse:collapse;font-size:13px;margin:6px 0} .wide{overflow-x:auto;max-width:100%}
+td,th{border:1px solid #ddd;padding:3px 6px;vertical-align:top;text-align:left;
+overflow-wrap:normal;word-break:normal;hyphens:none} th{background:#f4f4f4}
+td.num,.nw{white-space:nowrap} .cfg{font-family:ui-monospace,Menlo,monospace;font-size:12px}
+.text{overflow-wrap:anywhere;min-width:14em} .path{overflow-wrap:anywhere;min-width:20em}
+.reason{display:block;min-width:16em;max-width:40em;max-height:8.5em;overflow:auto;
+white-space:pre-wrap;overflow-wrap:anywhere;font-family:ui-monospace,Menlo,monospace;font-size:12px;
+background:#fafafa;border:1px solid #eee;padding:2px 4px;margin-top:2px}
+code,.mono{font-family:ui-monospace,Menlo,monospace;font-size:12px;overflow-wrap:anywhere}
+.verdict{font-weight:600} .found{color:#2ca02c} .ambiguous,
+.endpoints-not-reproduced{color:#b8860b} .note{color:#666} .failed,.unstable{color:#b22222}
+details{margin:2px 0} svg.chart{background:#fff;border:1px solid #ddd;max-width:100%;height:auto}
+.legend span{display:inline-block;margin-right:12px;font-size:12px}
 .legend i{display:inline-block;width:10px;height:10px;border-radius:5px;margin-right:4px}
 """
 
 
-def esc(value: Any) -> str:
-    return html.escape("-" if value is None else str(value), quote=True)
+# How a table column's cells wrap: "num" never (a number or interval is read whole), "text"
+# anywhere (free text, paths: long words must not widen the table), "cfg" only after a comma of
+# a configuration (short hashes whole); other cells, like headers, only between words.
+CELL = {
+    "num": "<td class='num'>{}</td>",
+    "text": "<td><div class='text'>{}</div></td>",
+    "cfg": "<td class='cfg'>{}</td>",
+    "": "<td>{}</td>",
+}
 
 
-def _table(head: Sequence[str], rows: Iterable[Sequence[str]], raw: bool = False) -> str:
-    """Rows are escaped unless ``raw`` (cells already HTML)."""
+def _table(
+    head: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    raw: bool = False,
+    kinds: Sequence[str] = (),
+) -> str:
+    """Rows are escaped unless ``raw`` (cells already HTML); ``kinds`` names each column's
+    wrapping (``CELL``), plain where left out."""
     th = "".join(f"<th>{esc(h)}</th>" for h in head)
+
+    def cell(i: int, content: str) -> str:
+        kind = kinds[i] if i < len(kinds) else ""
+        shown = content if raw else _cfg_cell(content) if kind == "cfg" else esc(content)
+        return CELL[kind].format(shown)
+
     body = "".join(
-        "<tr>" + "".join(f"<td>{c if raw else esc(c)}</td>" for c in row) + "</tr>" for row in rows
+        "<tr>" + "".join(cell(i, c) for i, c in enumerate(row)) + "</tr>" for row in rows
     )
     return (
         f"<div class='wide'><table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table></div>"
     )
+
+
+def _cfg_cell(text: str) -> str:
+    """A configuration (``cfg``'s text) for a table cell: short hashes, a line break allowed
+    only after its commas, the whole configuration as the cell's hover text."""
+    parts = short_hashes(text).split(",")
+    return f"<span title='{esc(text)}'>" + ",<wbr>".join(esc(p) for p in parts) + "</span>"
 
 
 def _page(title: str, body: str) -> str:
@@ -86,111 +114,6 @@ def _flag(flags: Sequence[Any], pattern: re.Pattern[str]) -> str:
         if found:
             return found.group(1)
     return "-"
-
-
-def _host(snapshot: Mapping[str, Any]) -> str:
-    return str(snapshot.get("host") or snapshot.get("address") or "-")
-
-
-def chart(
-    report: Report,
-    launches: Sequence[LaunchView],
-    snapshots: Mapping[int, Mapping[str, Any]],
-    width: int = 960,
-    height: int = 360,
-) -> str:
-    """Every launch as one mark (failed ones as crosses on the bottom axis), in the verdict
-    colour of its configuration, with its value, host and time as title text; the threshold
-    and the culprit as lines."""
-    verdict_of = {cfg(p.config): p.verdict.value for p in report.path}
-    position_of = {cfg(p.config): p.position for p in report.path}
-    values = [v.value for v in launches if v.value is not None]
-    if report.threshold_ms is not None:
-        values.append(report.threshold_ms)
-    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
-    pad = (hi - lo) * 0.08 or abs(hi) * 0.1 or 1.0
-    lo, hi = lo - pad, hi + pad
-    left, right, top, bottom = 64, 16, 16, 40
-    n = max(report.path_length - 1, 1)
-
-    def x(position: int) -> float:
-        return left + (width - left - right) * position / n
-
-    def y(value: float) -> float:
-        return top + (height - top - bottom) * (hi - value) / (hi - lo)
-
-    parts = [
-        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img'>"
-    ]
-    for i in range(5):  # horizontal grid with values
-        value = lo + (hi - lo) * i / 4
-        parts.append(
-            f"<line x1='{left}' x2='{width - right}' y1='{y(value):.1f}' y2='{y(value):.1f}' "
-            f"stroke='#eee'/><text x='{left - 6}' y='{y(value) + 4:.1f}' font-size='11' "
-            f"text-anchor='end'>{num(value)}</text>"
-        )
-    parts.append(
-        f"<text x='{(width + left) / 2:.0f}' y='{height - 8}' font-size='12' text-anchor='middle'>"
-        "position on the path (good → bad)</text>"
-        f"<text x='14' y='{(height - bottom) / 2:.0f}' font-size='12' text-anchor='middle' "
-        f"transform='rotate(-90 14 {(height - bottom) / 2:.0f})'>{esc(report.metric)}</text>"
-    )
-    if report.threshold_ms is not None:
-        ty = y(report.threshold_ms)
-        parts.append(
-            f"<line class='threshold' x1='{left}' x2='{width - right}' y1='{ty:.1f}' y2='{ty:.1f}' "
-            f"stroke='#000' stroke-dasharray='6 4'><title>threshold {num(report.threshold_ms)}"
-            f"</title></line><text x='{width - right - 4}' y='{ty - 4:.1f}' font-size='11' "
-            f"text-anchor='end'>threshold {num(report.threshold_ms)}</text>"
-        )
-    if report.culprit is not None:
-        cx = (x(report.culprit.position) + x(report.culprit.position - 1)) / 2
-        parts.append(
-            f"<line x1='{cx:.1f}' x2='{cx:.1f}' y1='{top}' y2='{height - bottom}' "
-            "stroke='#d62728' stroke-opacity='0.35' stroke-width='3'><title>first bad</title></line>"
-        )
-    repeats: dict[int, int] = {}
-    counts: dict[int, int] = {}
-    for view in launches:
-        counts[position_of.get(cfg(view.axes), view.position)] = (
-            counts.get(position_of.get(cfg(view.axes), view.position), 0) + 1
-        )
-    for view in launches:
-        key = cfg(view.axes)
-        position = position_of.get(key, view.position)
-        k = repeats.get(position, 0)
-        repeats[position] = k + 1
-        # repeated launches of one configuration side by side, so that each stays visible
-        shift = (k - (counts[position] - 1) / 2) * 6.0
-        colour = COLOURS.get(verdict_of.get(key, "unclear"), "#999")
-        snap = snapshots.get(view.id, {})
-        when = view.started_at.isoformat(timespec="seconds") + "Z"
-        if view.value is None:
-            cx, cy = x(position) + shift, height - bottom + 2
-            title = f"launch {view.id} ({view.purpose}) failed: {view.stage}: {view.reason or ''}"
-            parts.append(
-                f"<g class='launch failed'><title>{esc(title[:300])}; {esc(when)}</title>"
-                f"<path d='M{cx - 4:.1f} {cy - 4:.1f} l8 8 m0 -8 l-8 8' stroke='{COLOURS['failed']}' "
-                "stroke-width='2'/></g>"
-            )
-            continue
-        title = (
-            f"launch {view.id} ({view.purpose}): {num(view.value)} {report.metric}; "
-            f"host {_host(snap)}; {when}; {key}"
-        )
-        parts.append(
-            f"<circle class='launch' cx='{x(position) + shift:.1f}' cy='{y(view.value):.1f}' r='4.5' "
-            f"fill='{colour}' fill-opacity='0.8' stroke='#333' stroke-width='0.5'>"
-            f"<title>{esc(title)}</title></circle>"
-        )
-    parts.append("</svg>")
-    present = sorted({p.verdict.value for p in report.path}) + (
-        ["failed"] if any(v.value is None for v in launches) else []
-    )
-    legend = "".join(
-        f"<span><i style='background:{COLOURS[v]}'></i>{esc(v)}</span>" for v in present
-    )
-    return "".join(parts) + f"<div class='legend'>{legend}</div>"
 
 
 def _culprit_html(report: Report) -> str:
@@ -249,14 +172,33 @@ def _steps_html(steps: Sequence[Step], unit: str) -> str:
         "verified",
         "crosses threshold",
     ]
-    return _table(head, rows)
+    return _table(head, rows, kinds=("", "cfg", "cfg", "num", "num", "num", "text"))
 
 
 def _diff_html(a: Mapping[str, Any], b: Mapping[str, Any], name_a: str, name_b: str) -> str:
     diff = diff_snapshots(a, b)
     if not diff:
         return "<p class='note'>No differences in the environment snapshots.</p>"
-    return _table(["key", name_a, name_b], [(k, x, y) for k, x, y in diff])
+    return _table(
+        ["key", name_a, name_b], [(k, x, y) for k, x, y in diff], kinds=("", "text", "text")
+    )
+
+
+def _value_html(v: LaunchView) -> str:
+    """A launch's value, or that it failed and why: the reason (a traceback, often one long
+    line) scrolls in a box of its own, so that it cannot squeeze the table's other columns."""
+    if v.value is not None:
+        return esc(num(v.value))
+    return (
+        f"<span class='failed'>failed</span>: {esc(v.stage)}"
+        f"<div class='reason'>{esc((v.reason or '')[:4000])}</div>"
+    )
+
+
+def _when_html(v: LaunchView) -> str:
+    """The launch's start, wrapping only between its date and its time."""
+    day, time = v.started_at.isoformat(sep=" ", timespec="seconds").split(" ")
+    return f"<span class='nw'>{day}</span> <span class='nw'>{time}Z</span>"
 
 
 def _launch_rows(
@@ -277,20 +219,19 @@ def _launch_rows(
                 f"{f'<div>cd <code>{esc(cwd)}</code></div>' if cwd else ''}{reproduce}</details>"
             )
         timings = stage_times(v.timings)
-        value = num(v.value) if v.value is not None else f"failed: {v.stage}: {v.reason or ''}"
         rows.append(
             [
                 esc(v.seq),
                 esc(v.id),
                 esc(v.purpose),
-                f"<span class='mono'>{esc(cfg(v.axes))}</span>",
-                esc(value[:400]),
+                _cfg_cell(cfg(v.axes)),
+                _value_html(v),
                 esc(_flag(v.flags, _GRAPH)),
                 esc(_flag(v.flags, _ACCEPT)),
                 esc(timings),
-                esc(_host(snap)),
-                esc(v.started_at.isoformat(timespec="seconds") + "Z"),
-                f"<span class='mono'>{esc(v.log_path)}</span>{reproduce}",
+                esc(host_of(snap)),
+                _when_html(v),
+                f"<div class='path mono'>{esc(v.log_path)}</div>{reproduce}",
             ]
         )
     return rows
@@ -328,7 +269,7 @@ def session_html(store: Store, ref: str | None) -> str:
         else "",
         f"<p><b>threshold:</b> {num(report.threshold_ms)} {esc(unit)} "
         f"({'higher' if report.higher_is_better else 'lower'} is better); noise "
-        f"{report.noise_rel_sd:.1%} launch-to-launch; {report.evaluations} configurations judged, "
+        f"{report.noise_rel_sd:.1%} launch-to-launch; {counted(report.evaluations, 'configuration')} judged, "
         f"{report.launches} launches ({report.failed_launches} failed); started "
         f"{esc(row.created_at.isoformat(timespec='seconds'))}Z on {esc(row.owner_host)}</p>",
         _culprit_html(report),
@@ -344,6 +285,7 @@ def session_html(store: Store, ref: str | None) -> str:
                     ("+".join(a.axes), cfg(a.config), a.verdict.value, num(a.effect_ms))
                     for a in report.attribution
                 ],
+                kinds=("", "cfg", "", "num"),
             ),
             f"<p><b>culprit axes:</b> {esc('; '.join(' + '.join(s) for s in report.culprit_axes))}</p>",
         ]
@@ -362,7 +304,7 @@ def session_html(store: Store, ref: str | None) -> str:
             [
                 (
                     esc(p.position),
-                    f"<span class='mono'>{esc(cfg(p.config))}</span>",
+                    _cfg_cell(cfg(p.config)),
                     f"<span class='verdict' style='color:{COLOURS[p.verdict.value]}'>"
                     f"{esc(p.verdict.value)}</span>",
                     esc(interval(p.ms)),
@@ -371,6 +313,7 @@ def session_html(store: Store, ref: str | None) -> str:
                 for p in report.path
             ],
             raw=True,
+            kinds=("num", "cfg", "", "num", "text"),
         ),
         "".join(
             f"<p class='note legend-text'><b>{esc(word)}</b>: {esc(meaning)}</p>"
@@ -396,6 +339,7 @@ def session_html(store: Store, ref: str | None) -> str:
                     )
                     for c in fid.checks
                 ],
+                kinds=("cfg", "cfg", "", "text"),
             ),
         ]
     if report.speculation:
@@ -413,18 +357,25 @@ def session_html(store: Store, ref: str | None) -> str:
                     )
                     for r in report.speculation
                 ],
+                kinds=("", "cfg", "", "", "num"),
             ),
         ]
     if report.seen:
         parts += [
             "<h2>Seen, not searched</h2>",
-            _table(["from", "to", "what"], [(cfg(u.good), cfg(u.bad), u.why) for u in report.seen]),
+            _table(
+                ["from", "to", "what"],
+                [(cfg(u.good), cfg(u.bad), u.why) for u in report.seen],
+                kinds=("cfg", "cfg", "text"),
+            ),
         ]
     if report.creep:
         parts += [
             "<h2>Creep</h2>",
             _table(
-                ["from", "to", "what"], [(cfg(u.good), cfg(u.bad), u.why) for u in report.creep]
+                ["from", "to", "what"],
+                [(cfg(u.good), cfg(u.bad), u.why) for u in report.creep],
+                kinds=("cfg", "cfg", "text"),
             ),
         ]
     if report.unresolved:
@@ -433,6 +384,7 @@ def session_html(store: Store, ref: str | None) -> str:
             _table(
                 ["good", "bad", "why"],
                 [(cfg(u.good), cfg(u.bad), u.why) for u in report.unresolved],
+                kinds=("cfg", "cfg", "text"),
             ),
         ]
     edge = _edge_launches(report, launches)
@@ -470,29 +422,57 @@ def session_html(store: Store, ref: str | None) -> str:
             ],
             _launch_rows(launches, snapshots),
             raw=True,
+            kinds=("num", "num", "", "cfg", "", "num", "num", "", "num"),
         ),
     ]
     return _page(f"perfbisect session {report.session}", "".join(parts))
 
 
+def _flags_html(flags: Sequence[Any]) -> str:
+    """A launch's notes and warnings, one a line; an unstable launch's in red."""
+    return "".join(
+        f"<div class='{'unstable' if str(f).startswith('unstable') else 'note'}'>{esc(f)}</div>"
+        for f in flags
+    )
+
+
+def _compare_cells(v: LaunchView, stats: Mapping[str, Any]) -> list[str]:
+    """One launch's column of the compare page, in ``compare_html``'s row order."""
+    return [
+        _cfg_cell(cfg(v.axes)),
+        _value_html(v),
+        esc(v.purpose),
+        _when_html(v),
+        esc(_flag(v.flags, _GRAPH)),
+        esc(_flag(v.flags, _ACCEPT)),
+        esc(stats["n"]),
+        *(esc(num(stats.get(key))) for key in ("median", "p10", "p90", "min", "max")),
+        _flags_html(stats.get("flags", [])),
+        f"<div class='path mono'>{esc(v.log_path)}</div>",
+    ]
+
+
 def compare_html(store: Store, launch_a: int, launch_b: int) -> str:
+    """Two launches side by side: what they ran, their samples' spread (the numbers `query
+    compare` prints) with their warnings, and the differences of their environments."""
     views = [launch_with_samples(store, i) for i in (launch_a, launch_b)]
-    rows = []
-    for label, getter in (
-        ("configuration", lambda v: cfg(v.axes)),
-        ("value", lambda v: num(v.value) if v.value is not None else f"failed: {v.reason}"),
-        ("purpose", lambda v: v.purpose),
-        ("started", lambda v: v.started_at.isoformat(timespec="seconds") + "Z"),
-        ("verify in graphs", lambda v: _flag(v.flags, _GRAPH)),
-        ("accept length", lambda v: _flag(v.flags, _ACCEPT)),
-        ("log", lambda v: v.log_path),
-    ):
-        rows.append((label, getter(views[0][0]), getter(views[1][0])))
-    samples = [s for _, s, _ in views]
-    rows.append(("samples", str(len(samples[0])), str(len(samples[1]))))
+    stats = [sample_stats(samples, view.flags) for view, samples, _ in views]
+    labels = ["configuration", "value", "purpose", "started", "verify in graphs"]
+    labels += ["accept length", "samples", "median", "p10", "p90", "min", "max", "warnings", "log"]
+    columns = [_compare_cells(view, stat) for (view, _, _), stat in zip(views, stats, strict=True)]
+    rows = list(zip(labels, *columns, strict=True))
+    medians = [s.get("median") for s in stats]
+    ratio = (
+        f"<p><b>median b/a:</b> {medians[1] / medians[0]:.3f}</p>"
+        if medians[0] and medians[1] is not None
+        else ""
+    )
     body = (
         f"<h1>perfbisect: launch {launch_a} vs launch {launch_b}</h1>"
-        + _table(["", f"launch {launch_a}", f"launch {launch_b}"], rows)
+        + _table(
+            ["", f"launch {launch_a}", f"launch {launch_b}"], rows, raw=True, kinds=("", "", "")
+        )
+        + ratio
         + "<h2>Environment differences</h2>"
         + _diff_html(views[0][2], views[1][2], f"launch {launch_a}", f"launch {launch_b}")
     )

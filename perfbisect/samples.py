@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from typing import Any
 
 
 def instability_flags(samples: Sequence[float]) -> list[str]:
@@ -22,3 +23,20 @@ def instability_flags(samples: Sequence[float]) -> list[str]:
     if outliers:
         flags.append(f"{outliers} sample(s) more than 50% from the median")
     return flags
+
+
+def sample_stats(samples: Sequence[float], noted: Sequence[Any] = ()) -> dict[str, Any]:
+    """One launch's spread as every view shows it: n, median, p10, p90, min, max, and the
+    warnings (those ``noted`` when it ran, then the ones its samples raise now)."""
+    stats: dict[str, Any] = {"n": len(samples)}
+    if samples:
+        ordered = sorted(samples)
+        stats.update(
+            median=float(statistics.median(ordered)),
+            min=ordered[0],
+            max=ordered[-1],
+            p10=ordered[int(0.1 * (len(ordered) - 1))],
+            p90=ordered[int(0.9 * (len(ordered) - 1))],
+            flags=list(dict.fromkeys([*noted, *instability_flags(samples)])),
+        )
+    return stats

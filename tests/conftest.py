@@ -214,6 +214,7 @@ def cli(tmp_path: Path) -> Cli:
     env["PERFBISECT_DB"] = f"sqlite:///{tmp_path / 'history.db'}"
     env["PERFBISECT_CACHE"] = str(tmp_path / "cache")
     env.pop("PERFBISECT_TEST_SECRET", None)
+    env.pop("COLUMNS", None)  # piped tables follow COLUMNS when set: tests set it themselves
     return Cli(env, tmp_path)
 
 

@@ -40,17 +40,28 @@ def _cells(line: str) -> list[str]:
 
 
 def _table_rows(text: str, header_first: str) -> list[list[str]]:
-    """The body rows of the rich table whose header row starts with ``header_first``."""
+    """The body rows of the table whose header row starts with ``header_first``: a rich table,
+    or the aligned plain text that long tables print as (cells two spaces apart or more)."""
     rows: list[list[str]] = []
     inside = False
-    for line in text.splitlines():
+    lines = text.splitlines()
+    for line in lines:
         if line.startswith("┃") and _cells(line.replace("┃", "│"))[0] == header_first:
             inside = True
             continue
         if inside and line.startswith("└"):
-            break
+            return rows
         if inside and line.startswith("│"):
             rows.append(_cells(line))
+    if rows:
+        return rows
+    for i, line in enumerate(lines):
+        if re.split(r"\s{2,}", line.strip())[0] == header_first and i + 1 < len(lines):
+            for body in lines[i + 2 :]:
+                if not body.strip() or not body[0].isdigit():
+                    break
+                rows.append(re.split(r"\s{2,}", body.strip()))
+            break
     return rows
 
 

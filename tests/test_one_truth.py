@@ -138,9 +138,7 @@ def test_the_effect_comes_from_the_launches_beside_it_with_their_spread(
     # The culprit's launches alternate 28 and 32 ms (a spread of its own, like eager verify's
     # 4.6-8.1 ms between launches): the effect is the difference of the medians shown, and its
     # interval carries that spread (it once took the pooled noise of steady configurations).
-    shas = scripted_repo(
-        tmp_path, [10.0] * 4 + [30.0] * 4, {"4": [28 / 30, 32 / 30] * 4}
-    )
+    shas = scripted_repo(tmp_path, [10.0] * 4 + [30.0] * 4, {"4": [28 / 30, 32 / 30] * 4})
     report = cli.bisect(shas[0], shas[-1], codes=(0, 4))
     culprit = report["culprit"]
     assert culprit is not None and culprit["first_bad"] == {"commit": shas[4]}

@@ -16,6 +16,9 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 JSON = typer.Option(False, "--json", help="Print JSON.")
+FULL_HASHES = typer.Option(
+    False, "--full-hashes", help="Whole 40-digit commit hashes in the table (JSON has them)."
+)
 
 
 def _since(text: str | None, option: str = "--since") -> datetime | None:
@@ -44,6 +47,7 @@ def history_cmd(
         200, "--limit", min=0, help="Only the newest N launches (0: all of them)."
     ),
     as_json: bool = JSON,
+    full_hashes: bool = FULL_HASHES,
 ) -> None:
     """The stored launches matching the filters (the newest --limit of them), oldest first."""
     from perfbisect.cli.render import render_rows
@@ -73,7 +77,7 @@ def history_cmd(
         [
             (
                 v.id,
-                v.started_at.isoformat(timespec="seconds"),
+                v.started_at.isoformat(sep=" ", timespec="seconds"),  # wraps at the space
                 v.session_id,
                 cfg(v.axes),
                 v.metric,
@@ -86,11 +90,12 @@ def history_cmd(
             )
             for v in views
         ],
+        full_hashes=full_hashes,
     )
 
 
 @app.command()
-def sessions(ctx: typer.Context, as_json: bool = JSON) -> None:
+def sessions(ctx: typer.Context, as_json: bool = JSON, full_hashes: bool = FULL_HASHES) -> None:
     """All bisect sessions and what they found."""
     from perfbisect.cli.render import render_rows
     from perfbisect.formatting import cfg
@@ -129,28 +134,18 @@ def sessions(ctx: typer.Context, as_json: bool = JSON) -> None:
             )
             for d in data
         ],
+        full_hashes=full_hashes,
     )
 
 
 def _launch_summary(store: Any, launch_id: int) -> dict[str, Any]:
-    from perfbisect.bisect.stats import median
-    from perfbisect.samples import instability_flags
+    from perfbisect.samples import sample_stats
     from perfbisect.store.history import launch_with_samples
 
     view, samples, snapshot = launch_with_samples(store, launch_id)
-    stats: dict[str, Any] = {"n": len(samples)}
-    if samples:
-        ordered = sorted(samples)
-        stats.update(
-            median=median(samples),
-            min=ordered[0],
-            max=ordered[-1],
-            p10=ordered[int(0.1 * (len(ordered) - 1))],
-            p90=ordered[int(0.9 * (len(ordered) - 1))],
-            # What the target noted at the time (graph fraction, accept length, ...) and
-            # the instability warnings recomputed from the samples.
-            flags=list(dict.fromkeys([*view.flags, *instability_flags(samples)])),
-        )
+    # What the target noted at the time (graph fraction, accept length, ...) and the
+    # instability warnings recomputed from the samples.
+    stats = sample_stats(samples, view.flags)
     return {"launch": view.as_json(), "stats": stats, "samples": samples, "snapshot": snapshot}
 
 
@@ -197,6 +192,7 @@ def compare(
     launch_b: int = typer.Argument(...),
     as_json: bool = JSON,
     html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML page."),
+    full_hashes: bool = FULL_HASHES,
 ) -> None:
     """Two launches side by side, and the differences of their environment snapshots."""
     from perfbisect.cli.render import render_rows
@@ -227,6 +223,7 @@ def compare(
         ["", str(launch_a), str(launch_b)],
         [("config", a["launch"]["config"], b["launch"]["config"])]
         + [(k, sa.get(k), sb.get(k)) for k in keys],
+        full_hashes=full_hashes,
     )
     if "ratio" in data:
         typer.echo(f"ratio b/a: {data['ratio']:.3f}")
@@ -235,6 +232,7 @@ def compare(
             "environment differences",
             ["key", str(launch_a), str(launch_b)],
             [(e["key"], e["a"], e["b"]) for e in env],
+            full_hashes=full_hashes,
         )
     else:
         typer.echo("environment snapshots: identical")

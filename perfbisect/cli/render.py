@@ -2,11 +2,13 @@
 
 Every user value goes through ``escape`` (rich would read ``[mlx5_0]`` or ``[/x]`` as markup)
 and no identifying value is cut: columns fold instead of ending in an ellipsis, and when the
-output is not a terminal the console is wide enough for whole rows.
+output is not a terminal the console is as wide as ``COLUMNS`` says, or else wide enough for
+whole rows. Tables show commits by their 12-digit short form (whole in JSON and on request).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -18,11 +20,13 @@ from rich.table import Table
 from perfbisect.bisect.report_model import Fidelity, Interval, Report, Step, counted
 from perfbisect.errors import lead_with_error
 from perfbisect.formatting import (
+    SHORT_SHA,
     cfg,
     clock,
     confidence_text,
     interval,
     num,
+    short_hashes,
     verification_text,
 )
 
@@ -42,16 +46,25 @@ VERDICT_STYLE = {
 
 
 # Piped output is read by programs (grep, awk, a CI log): no line of it is wrapped, whatever its
-# length (a log path under a long cache directory once wrapped at 200 columns and broke a grep).
+# length (a log path under a long cache directory once wrapped at 200 columns and broke a grep),
+# unless the user set COLUMNS for it (`COLUMNS=100 perfbisect query history | less`).
 PIPED_WIDTH = 100_000
 
 
+def width_for(stream: Any) -> int | None:
+    """The width to lay out for: the terminal's own (None: rich asks it), else COLUMNS when it
+    is a positive number, else wide enough for any line."""
+    if stream.isatty():
+        return None
+    columns = os.environ.get("COLUMNS", "").strip()
+    return int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH
+
+
 def console(stderr: bool = False) -> Console:
-    """A console that never truncates: the terminal's width, or one wide enough for any line
-    when piped (tables then take the width their cells need, no more)."""
+    """A console that never truncates: the terminal's width, COLUMNS when piped and set, or one
+    wide enough for any line (tables then take the width their cells need, no more)."""
     stream = sys.stderr if stderr else sys.stdout
-    width = None if stream.isatty() else PIPED_WIDTH
-    return Console(stderr=stderr, highlight=False, width=width)
+    return Console(stderr=stderr, highlight=False, width=width_for(stream))
 
 
 def _table(*columns: str, title: str | None = None) -> Table:
@@ -145,7 +158,7 @@ def render_report(report: Report, out: Console | None = None) -> None:
         verdict = point.verdict.value
         table.add_row(
             str(point.position),
-            escape(cfg(point.config)),
+            escape(short_hashes(cfg(point.config))),
             f"[{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]",
             escape(interval(point.ms)),
             escape(point.note),
@@ -281,22 +294,39 @@ def _plain(value: Any) -> str:
 PLAIN_ROWS = 40  # longer tables print as aligned plain text: rich's layout of 200 rows takes 0.5 s
 
 
-def render_rows(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+def render_rows(
+    title: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    full_hashes: bool = False,
+) -> None:
+    """A table of plain values; commit hashes in it short unless ``full_hashes``."""
+    shown = (lambda text: text) if full_hashes else short_hashes
+    cells = [[shown(_plain(v)) if v is not None else "" for v in row] for row in rows]
+    widths = [max(len(str(c)) for c in col) for col in zip(columns, *cells, strict=False)]
     if len(rows) > PLAIN_ROWS:
-        cells = [[_plain(v) if v is not None else "" for v in row] for row in rows]
-        widths = [max(len(str(c)) for c in col) for col in zip(columns, *cells, strict=False)]
         line = "  ".join
-        out = [title, line(str(c).ljust(w) for c, w in zip(columns, widths, strict=False))]
-        out.append(line("-" * w for w in widths))
-        out += [
+        lines = [title, line(str(c).ljust(w) for c, w in zip(columns, widths, strict=False))]
+        lines.append(line("-" * w for w in widths))
+        lines += [
             line(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in cells
         ]
-        sys.stdout.write("\n".join(out) + "\n")
+        sys.stdout.write("\n".join(lines) + "\n")
         return
     table = _table(*columns, title=title)
-    for row in rows:
-        table.add_row(*(escape(_plain(v)) if v is not None else "" for v in row))
-    console().print(table)
+    out = console()
+    # Ids, numbers and short hashes keep their line: when the table is too wide, the long text
+    # columns (reasons, stage times, paths) give way, not a hash folded mid-digits; unless
+    # that would leave those fewer than 8 columns each (then every column folds alike).
+    short = [width <= SHORT_SHA for width in widths]
+    borders = 3 * len(widths) + 1
+    room = out.width - borders - sum(w for w, s in zip(widths, short, strict=True) if s)
+    if room >= 8 * short.count(False):
+        for column, keep in zip(table.columns, short, strict=True):
+            column.no_wrap = keep
+    for row in cells:
+        table.add_row(*(escape(c) for c in row))
+    out.print(table)
 
 
 def render_dry_run(result: dict[str, Any], out: Console | None = None) -> None:

@@ -20,20 +20,20 @@ class ReferenceOptions:
     server's own defaults."""
 
     repo: str | None = None  # a repository holding server.py (the demo); else the packaged one
-    tp: int | None = None
-    device: str | None = None  # "cpu" (default) or "cuda"
-    layers: int | None = None
-    hidden: int | None = None
-    heads: int | None = None
-    draft_tokens: int | None = None
-    max_seq: int | None = None
-    threads: int | None = None
-    server_args: tuple[Any, ...] = ()
-    python: str | None = None
-    cycles: int = 40
-    warmup: int = 5
-    prompt: int = 16
-    timeout_s: float = 600.0
+    tp: int | None = None  # tensor-parallel ranks (gloo on CPU, NCCL on GPU)
+    device: str | None = None  # "cpu" or "cuda" (draft and verify in CUDA graphs)
+    layers: int | None = None  # transformer layers
+    hidden: int | None = None  # hidden size
+    heads: int | None = None  # attention heads
+    draft_tokens: int | None = None  # tokens the draft proposes per cycle
+    max_seq: int | None = None  # longest sequence (KV cache size)
+    threads: int | None = None  # torch threads per rank
+    server_args: tuple[Any, ...] = ()  # more server flags; {placeholders} work (axes)
+    python: str | None = None  # the interpreter that runs the server (default: the host's)
+    cycles: int = 40  # measured speculative cycles per launch: one sample each
+    warmup: int = 5  # cycles run before the measured ones
+    prompt: int = 16  # prompt length in tokens
+    timeout_s: float = 600.0  # seconds per stage: build, readiness, measure
 
 
 REFERENCE = TargetKind(

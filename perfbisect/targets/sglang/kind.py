@@ -30,24 +30,24 @@ class SglangOptions:
     ready: str = "health"  # "health" (/health_generate) or "log" (the ready line)
     axis_args: dict[str, Any] = field(default_factory=dict)  # {axis: {value: [server args]}}
     prompts: str | None = None  # one prompt per line (default: a built-in set)
-    tp: int = 1
-    speculative_num_steps: int = 3
-    speculative_eagle_topk: int = 1
-    speculative_num_draft_tokens: int = 4
-    extra_args: tuple[Any, ...] = ()
+    tp: int = 1  # --tp-size
+    speculative_num_steps: int = 3  # EAGLE-3 draft steps per cycle
+    speculative_eagle_topk: int = 1  # branches kept per draft step
+    speculative_num_draft_tokens: int = 4  # tokens the target verifies per cycle
+    extra_args: tuple[Any, ...] = ()  # more launch_server args, for every launch
     python: str | None = None  # the interpreter the environments are layered on
-    pip_args: tuple[Any, ...] = ()
-    requests: int = 32
-    concurrency: int = 4
-    max_new_tokens: int = 256
-    warmup_requests: int = 2
+    pip_args: tuple[Any, ...] = ()  # more `pip install` args for the environments
+    requests: int = 32  # measured workload requests per launch
+    concurrency: int = 4  # requests in flight at once
+    max_new_tokens: int = 256  # tokens generated per request
+    warmup_requests: int = 2  # requests sent before the measured ones
     # Proxy launches (targets/sglang/proxy.py): {layers = N, override?, model?, extra_args?}
     proxy: dict[str, Any] | None = None
     confirm: str | None = None  # "full" (default with a proxy) or "none"
     # Launch the endpoints without speculative decoding too: speculation's speed-up.
     baseline: bool = False
     baseline_rounds: int = 2  # with/without pairs per endpoint
-    timeout_s: float = 1800.0
+    timeout_s: float = 1800.0  # seconds per stage: build (pip), readiness, measure
 
 
 SCHEMA: Schema = schema_of(SglangOptions)

@@ -1,0 +1,101 @@
+"""Tables people read in a terminal: commits as 12-digit short hashes (whole in JSON and with
+--full-hashes), and piped tables as wide as COLUMNS says when it is set (whole lines when it is
+not: tests/test_report_truth.py covers a 250-character log path)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import EXPERIMENT, PRINTED_MEASURE, Cli, make_repo
+
+CRASH = (
+    "def deep_function_name_that_is_long(x):\n"
+    "    raise RuntimeError('CUDA error: an illegal memory access was encountered; ' + 'x' * 200)\n"
+    "deep_function_name_that_is_long(1)\n"
+)
+
+
+def _session_with_a_crash(cli: Cli, tmp_path: Path) -> list[dict]:  # type: ignore[type-arg]
+    """A found regression whose path holds one commit that crashes with a long traceback."""
+    commits = [{"value": str(v)} for v in [10.0] * 4 + [30.0] * 4]
+    commits[0]["measure.py"] = PRINTED_MEASURE
+    commits[5]["measure.py"] = CRASH
+    commits[6]["measure.py"] = PRINTED_MEASURE
+    repo = make_repo(tmp_path / "repo", commits)
+    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
+    report = cli.bisect(repo.shas[0], repo.shas[-1])
+    assert report["status"] == "found"
+    launches: list[dict] = cli.json("query", "history", "--json")  # type: ignore[assignment,type-arg]
+    assert any(v["status"] != "ok" for v in launches)  # the crash is in the history
+    return launches
+
+
+def _rows(stdout: str, ids: list[int]) -> dict[int, list[str]]:
+    """Each launch's lines in a rich table: from its `│ id ` line to the next row or border."""
+    rows: dict[int, list[str]] = {}
+    current: int | None = None
+    for line in stdout.splitlines():
+        cells = [c.strip() for c in line.split("│")]
+        if len(cells) > 2 and cells[1].isdigit() and int(cells[1]) in ids:
+            current = int(cells[1])
+            rows[current] = [line]
+        elif current is not None and line.startswith("│"):
+            rows[current].append(line)
+        else:
+            current = None
+    return rows
+
+
+def test_history_shows_short_hashes_within_columns_and_full_ones_on_request(
+    cli: Cli, tmp_path: Path
+) -> None:
+    launches = _session_with_a_crash(cli, tmp_path)
+    shas = {v["config"]["commit"] for v in launches}
+    assert all(len(sha) == 40 for sha in shas)  # JSON keeps whole hashes
+
+    cli.env["COLUMNS"] = "100"
+    piped = cli.run("query", "history")
+    assert piped.returncode == 0, piped.stderr
+    lines = piped.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)  # COLUMNS honoured
+    assert not any(sha in piped.stdout for sha in shas)
+    rows = _rows(piped.stdout, [v["id"] for v in launches])
+    assert len(rows) == len(launches)
+    for launch in launches:
+        # the short hash on the row's first line, whole (not folded over two lines)
+        assert launch["config"]["commit"][:12] in rows[launch["id"]][0], rows[launch["id"]]
+    # a session with only measured launches: each row takes at most two lines at 100 columns
+    ok = [v["id"] for v in launches if v["status"] == "ok"]
+    for launch in launches:
+        if launch["status"] == "ok":
+            only = cli.run("query", "history", "--config", f"commit={launch['config']['commit']}")
+            for row in _rows(only.stdout, ok).values():
+                assert len(row) <= 2, "\n".join(row)
+
+    del cli.env["COLUMNS"]
+    full = cli.run("query", "history", "--full-hashes")
+    assert full.returncode == 0, full.stderr
+    assert all(sha in full.stdout for sha in shas)  # on request, whole and on one line
+    log = cli.run("bisect", "log")
+    assert not any(sha in log.stdout for sha in shas)
+    assert all(sha[:12] in log.stdout for sha in shas)
+    for entry in cli.json("bisect", "log", "--json"):
+        assert entry["log"] in log.stdout  # no COLUMNS: whole lines, paths not cut
+    sessions = cli.run("query", "sessions")
+    culprit = cli.json("bisect", "report", "--json")["culprit"]["first_bad"]["commit"]
+    assert culprit[:12] in sessions.stdout and culprit not in sessions.stdout
+    assert culprit in cli.run("query", "sessions", "--full-hashes").stdout
+
+
+def test_a_terminal_too_narrow_for_the_short_columns_still_shows_every_column(
+    cli: Cli, tmp_path: Path
+) -> None:
+    launches = _session_with_a_crash(cli, tmp_path)
+    cli.env["COLUMNS"] = "60"
+    narrow = cli.run("query", "history")
+    assert narrow.returncode == 0, narrow.stderr
+    assert max(len(line) for line in narrow.stdout.splitlines()) <= 60
+    top = next(line for line in narrow.stdout.splitlines() if line.startswith("┏"))
+    widths = [len(part) for part in top.strip("┏┓").split("┳")]
+    assert len(widths) == 9 and min(widths) >= 3, top  # no column squeezed to nothing
+    assert len(_rows(narrow.stdout, [v["id"] for v in launches])) == len(launches)
