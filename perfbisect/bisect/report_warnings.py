@@ -43,9 +43,9 @@ def taken_back(
 ) -> list[str]:
     """The first bad configuration measured clearly worse than the bad endpoint: a change
     after it took back part of the regression, so the endpoints' difference understates what
-    the culprit did (its own effect is the step's). Claimed only on kept launches measured
-    apart (three, or two further apart than a burst lasts); launches close together are as
-    well explained by one burst, and the warning says so instead."""
+    the culprit did (its own effect is the step's). Claimed only on three kept launches or
+    more, measured further apart than a burst lasts; on fewer, a few slow launches explain the
+    same numbers, and the warning says so (and what would tell)."""
     step = outcome.culprit
     end = engine.bad_end
     if step is None or step.first_bad.position == end:
@@ -55,19 +55,21 @@ def taken_back(
         return []
     if not engine.measured_worse(a.kept, b.kept):
         return []
-    where, there = step.first_bad.position, f"{median(b.kept):.4g} vs {median(a.kept):.4g} {unit}"
-    if len(b.kept) < 3 and not _apart(b.seqs):
+    where = step.first_bad.position
+    numbers = f"{median(b.kept):.4g} vs {median(a.kept):.4g} {unit}"
+    own = "the culprit's own effect is its step's (last good to first bad)"
+    if len(b.kept) < 3 or not _apart(b.seqs):
         return [
-            f"position {where} measured worse than the bad endpoint ({there}) on "
-            f"{counted(len(b.kept), 'launch')} run close together: a burst of slow launches "
-            "explains that as well as a later change that took back part of the regression; "
-            "the culprit's own effect is its step's (last good to first bad)"
+            f"position {where} measured worse than the bad endpoint ({numbers}) on only "
+            f"{counted(len(b.kept), 'launch')}: either a change between it and position {end} "
+            "took back part of the regression (not searched), or those launches ran slow; "
+            f"launching position {where} again would tell; {own}"
         ]
     return [
-        f"position {where} measured worse than the bad endpoint ({there}, "
-        f"{counted(len(b.kept), 'launch')} and {len(a.kept)}): a change between it and position "
-        f"{end} took back part of the regression (not searched); the culprit's own effect is its "
-        "step's (last good to first bad), not the endpoints' difference"
+        f"position {where} measured worse than the bad endpoint ({numbers}, "
+        f"{counted(len(b.kept), 'launch')} and {len(a.kept)}, measured apart): a change between "
+        f"it and position {end} took back part of the regression (not searched); {own}, not "
+        "the endpoints' difference"
     ]
 
 
