@@ -268,3 +268,26 @@ def test_a_culprit_worse_than_the_bad_end_on_two_launches_is_not_a_claim() -> No
     (warning,) = taken_back(engine, engine.outcome, "verify_ms", evidence)
     assert "on only 2 launches" in warning and "or those launches ran slow" in warning
     assert "launching position 8 again would tell" in warning
+
+
+def test_a_drift_on_one_launch_is_said_as_such_and_not_acted_on(cli: Cli, tmp_path: Path) -> None:
+    # 5b: "an endpoint drifted since then: re-run with --fresh" rested on one (burst) launch.
+    # A drift seen on one kept launch is shown as what it is; the --fresh advice needs two.
+    from conftest import value_repo
+
+    # a wide gap: one launch of the good endpoint fixes the threshold
+    repo = value_repo(tmp_path / "repo", [10.0] * 8 + [40.0] * 8)
+    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
+    cli.bisect(repo.shas[0], repo.shas[-1])
+    worktrees = list((tmp_path / "cache" / "worktrees").glob(f"*/{repo.shas[0][:16]}"))
+    assert len(worktrees) == 1
+    # the good commit now measures 7 (faster: its neighbours, reused at 10, stay behind it)
+    (worktrees[0] / "value").write_text("7")
+    second = cli.bisect(repo.shas[0], repo.shas[-1])
+    assert second["reused_launches"], "the second session reuses search launches"
+    (drift,) = [d for d in second["drift"] if d["endpoint"] == "good"]
+    assert drift["now"]["launches"] == 1 and drift["firm"] is False
+    fresh = [w for w in second["warnings"] if "re-run with --fresh" in w]
+    text = cli.run("bisect", "report").stdout
+    assert not fresh, second["warnings"]
+    assert "on one launch now: a slow launch explains that as well" in text

@@ -38,7 +38,7 @@ from perfbisect.bisect.engine import (
 )
 from perfbisect.bisect.multiaxis import MultiAxisEngine
 from perfbisect.bisect.report import build_report
-from perfbisect.bisect.report_model import Fidelity, FullModelCheck, Report
+from perfbisect.bisect.report_model import Fidelity, FullModelCheck, Report, counted
 from perfbisect.bisect.specs import resolve_endpoints
 from perfbisect.config import Configuration
 from perfbisect.errors import ExperimentError
@@ -305,8 +305,8 @@ def _drive(
     # Only a drift the kept launches show (one launch now could be a slow one).
     if reused_ids and any(d.get("firm", True) for d in report.drift):
         warnings.append(
-            f"{len(reused_ids)} search launch(es) were reused from earlier sessions, and an endpoint "
-            "drifted since then: re-run with --fresh to measure everything anew"
+            f"{counted(len(reused_ids), 'search launch')} reused from earlier sessions, and an "
+            "endpoint drifted since then: re-run with --fresh to measure everything anew"
         )
     report = replace(
         report,
