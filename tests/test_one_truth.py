@@ -285,9 +285,9 @@ def test_a_drift_on_one_launch_is_said_as_such_and_not_acted_on(cli: Cli, tmp_pa
     (worktrees[0] / "value").write_text("7")
     second = cli.bisect(repo.shas[0], repo.shas[-1])
     assert second["reused_launches"], "the second session reuses search launches"
+    fresh = [w for w in second["warnings"] if "re-run with --fresh" in w]
+    assert not fresh, second["warnings"]
     (drift,) = [d for d in second["drift"] if d["endpoint"] == "good"]
     assert drift["now"]["launches"] == 1 and drift["firm"] is False
-    fresh = [w for w in second["warnings"] if "re-run with --fresh" in w]
     text = cli.run("bisect", "report").stdout
-    assert not fresh, second["warnings"]
     assert "on one launch now: a slow launch explains that as well" in text
