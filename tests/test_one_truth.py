@@ -291,3 +291,41 @@ def test_a_drift_on_one_launch_is_said_as_such_and_not_acted_on(cli: Cli, tmp_pa
     assert drift["now"]["launches"] == 1 and drift["firm"] is False
     text = cli.run("bisect", "report").stdout
     assert "on one launch now: a slow launch explains that as well" in text
+
+
+def test_a_point_of_the_good_level_is_not_called_a_level_on_the_threshold() -> None:
+    # 5b: "position 12 ... sits on the threshold: a level between the endpoints overlaps it"
+    # for a commit on the good level (its launches spread, its interval reached the threshold).
+    # The warning is for a level of its own: kept launches clearly apart from both endpoints.
+    from perfbisect.bisect.engine import Engine, LaunchResult
+    from perfbisect.bisect.evidence import Evidence, evidence_of
+    from perfbisect.bisect.report_model import Interval, LaunchUse, PathPoint
+    from perfbisect.bisect.report_warnings import overlap_warnings
+    from perfbisect.bisect.stats import Verdict
+    from perfbisect.config import Configuration
+
+    path = [Configuration.of({"commit": f"{i:040x}"}) for i in range(17)]
+    engine = Engine(path)
+    while batch := engine.next_batch():
+        engine.feed([LaunchResult(10.0 if r.position < 8 else 30.0) for r in batch])
+    assert engine.outcome is not None and engine.outcome.threshold is not None
+    threshold = engine.outcome.threshold
+    evidence = evidence_of(engine, [])
+
+    def unclear_at(kept: list[float]) -> tuple[PathPoint, dict[int, Evidence]]:
+        # an UNCLEAR point whose interval reaches the threshold, with these launches kept
+        uses = tuple(LaunchUse(None, v, True) for v in kept)
+        point = PathPoint(
+            5,
+            path[5].as_dict(),
+            Verdict.UNCLEAR,
+            Interval(sum(kept) / len(kept), 5.0, threshold + 5, len(kept)),
+            launches=uses,
+        )
+        return point, {**evidence, 5: Evidence(kept, uses, list(range(len(kept))))}
+
+    good_level, ev = unclear_at([10.0, 10.3, 9.8])
+    assert overlap_warnings(engine, (good_level,), (), threshold, ev) == []
+    own_level, ev = unclear_at([threshold, threshold * 1.01, threshold * 0.99])
+    (warning,) = overlap_warnings(engine, (own_level,), (), threshold, ev)
+    assert "sits on the threshold" in warning
