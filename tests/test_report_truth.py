@@ -539,7 +539,7 @@ def test_a_point_slower_than_the_bad_endpoint_on_every_launch_is_not_called_a_bu
     assert every_step.set_aside.get(8)
     warnings = burst_warnings(every_step, evidence_of(every_step, []), {})
     steady = [w for w in warnings if "worse than the bad endpoint on every launch" in w]
-    assert len(steady) == 1 and "position(s) 8" in steady[0], warnings
+    assert len(steady) == 1 and "position 8 measured worse" in steady[0], warnings
     bursts = [w for w in warnings if "bursts of slow launches" in w]
     assert not any(" 8," in w or " 8 " in w for w in bursts), warnings
 

@@ -146,7 +146,7 @@ def burst_warnings(
         ]
         out.append(
             f"bursts of slow launches, by the look of it: {counted(len(uses), 'launch')} of "
-            f"position(s) {', '.join(str(p) for p in bursty)} were set aside ("
+            f"{_positions(bursty)} were set aside ("
             + "; ".join(parts)
             + ") and the configurations measured again; they stay in `bisect log`"
             + (
@@ -157,14 +157,19 @@ def burst_warnings(
         )
     if steady:
         count = sum(len(v) for v in steady.values())
-        where = ", ".join(str(p) for p in sorted(steady))
         out.append(
-            f"position(s) {where} measured worse than the bad endpoint on every launch: "
+            f"{_positions(sorted(steady))} measured worse than the bad endpoint on every launch: "
             f"{counted(count, 'launch')} of them were taken for a burst, set aside and measured "
             "again; the configuration may simply be slower than the bad endpoint (they stay in "
             "`bisect log`)"
         )
     return out
+
+
+def _positions(positions: list[int]) -> str:
+    """``position 16`` / ``positions 16, 32``."""
+    word = "position" if len(positions) == 1 else "positions"
+    return f"{word} {', '.join(str(p) for p in positions)}"
 
 
 def overlap_warnings(
