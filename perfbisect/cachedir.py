@@ -6,6 +6,8 @@ clone of each repository, never in the user's), ``logs`` (per session), ``sglang
 Python environment per pinned dependency set), ``trees`` (commit trees copied for remote hosts
 are on those hosts), and small working folders. Worktrees are also bounded on their own: the
 least recently used beyond 48 per repository are evicted (gitrepo.evict_worktrees).
+SGLang environments likewise: beyond ``[target] max_envs`` (4) per host
+(targets/sglang/envs.evict_envs).
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ def _items(path: Path, kind: str) -> list[Path]:
             for t in repo.iterdir()
             if t.is_dir() and (t / ".git").exists()
         ]
+    if kind == "sglang-envs":  # the environments; not their lock files
+        return [p for p in path.iterdir() if p.is_dir()]
     return list(path.iterdir())
 
 

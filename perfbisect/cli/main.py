@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from perfbisect.cli import bisect_cmd, cache_cmd, demo_cmd, probe_cmd, query_cmd
+from perfbisect.cli import bisect_cmd, cache_cmd, demo_cmd, probe_cmd, query_cmd, sglang_cmd
 from perfbisect.cli.context import Context
 
 app = typer.Typer(
@@ -22,6 +22,7 @@ app.add_typer(bisect_cmd.app, name="bisect")
 app.add_typer(query_cmd.app, name="query")
 app.add_typer(probe_cmd.app, name="probe")
 app.add_typer(cache_cmd.app, name="cache")
+app.add_typer(sglang_cmd.app, name="sglang")
 app.command("demo")(demo_cmd.demo)
 
 

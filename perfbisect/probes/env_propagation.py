@@ -28,16 +28,14 @@ from perfbisect.launch.base import PRESERVED_ENV, LaunchOptions, LaunchSpec, Met
 from perfbisect.launch.registry import make_launcher
 from perfbisect.launch.ssh import SshLauncher
 from perfbisect.probes import provenance
-from perfbisect.redact import REDACTED, is_secret
+from perfbisect.probes.env_hints import PREFIXES, HintContext, shown_value
 from perfbisect.remote import program
 
 SCRIPT = program("envchain_probe.py")
-PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "SGLANG_")
 ALWAYS = ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "OMP_NUM_THREADS")
 STAGES = ("shell", "python", "spawn_child", "c_getenv")
 # Set by the probe itself or by the sitecustomize launcher: not the user's variables.
 OWN = ("NCCL_DEBUG_FILE", "PERFBISECT_SITECUSTOMIZE", "PERFBISECT_SITECUSTOMIZE_SHADOWED")
-NON_INTERACTIVE = (Method.SSH, Method.SITECUSTOMIZE)
 # Variables that differ between any two sessions by nature (terminal, session, shell state):
 # a difference in them says nothing about the launch method.
 SESSION_NOISE = re.compile(
@@ -46,7 +44,6 @@ SESSION_NOISE = re.compile(
     r"LS_COLORS|PS1|PS2|PROMPT_COMMAND|HIST.*|XDG_.*|DBUS_.*|WINDOWID|DISPLAY|LESS.*|"
     r"PERFBISECT_.*|PYTEST_.*|fish_.*|__.*)$"
 )
-EXPLICIT_SOURCE = "perfbisect: passed explicitly because it is set where perfbisect runs"
 
 
 @dataclass(frozen=True)
@@ -66,12 +63,6 @@ class ProbeRequest:
         if self.explicit is not None:
             return dict(self.explicit)
         return {k: os.environ[k] for k in PRESERVED_ENV if k in os.environ}
-
-
-def _value(name: str, value: str | None) -> str | None:
-    if value is None:
-        return None
-    return REDACTED if is_secret(name) else value
 
 
 def _run_method(
@@ -133,6 +124,8 @@ def _run_method(
         "stages": stages,
         "sitecustomize": parent.get("sitecustomize"),
         "shadowed": parent.get("shadowed"),
+        "executable": parent.get("executable"),
+        "python_startup": parent.get("python_startup") or [],
         "nccl": nccl,
         "notes": notes,
         "exit": code,
@@ -171,7 +164,7 @@ def run_probe(host: Host, request: ProbeRequest, options: LaunchOptions) -> dict
                 methods.remove(Method.SSH)
                 client = None
         # tmux's global environment must be read before a tmux launch starts a server.
-        sources = provenance.gather(host, ssh_client=client, ssh_files=files)
+        sources = provenance.gather(host, ssh_client=client, ssh_files=files, folder=base)
         reference: dict[str, str] | None
         if request.reference_env is not None:
             reference = dict(request.reference_env)
@@ -194,15 +187,20 @@ def _variables(
     raw: Mapping[str, Mapping[str, Any]],
     explicit: Mapping[str, str],
     client_env: Mapping[str, str],
+    startup: Sequence[provenance.Assignment] = (),
 ) -> list[str]:
     """The rows: what was delivered, watched or passed; every variable of the watched families
-    seen at any stage; and every variable whose value differs between methods."""
+    seen at any stage or assigned in a start-up file (reaching no process is a finding); and
+    every variable whose value differs between methods."""
     seen = set(request.deliver) | set(request.watch) | set(explicit)
+    seen.update(a.name for a in startup if a.name.startswith(PREFIXES))
     if Method.SSH.value in raw:  # what the ssh client could send (SendEnv) is a candidate too
         seen.update(n for n in client_env if n.startswith(PREFIXES) and not SESSION_NOISE.match(n))
     for result in raw.values():
         for env in result["stages"].values():
             seen.update(n for n in env if n.startswith(PREFIXES) or n in ALWAYS)
+        for hook in result.get("python_startup") or []:  # Python start-up hooks, run or not
+            seen.update(n for n in hook["names"] if n.startswith(PREFIXES))
     envs = [result["stages"]["python"] for result in raw.values()]
     if len(envs) > 1:
         for name in set().union(*envs):
@@ -223,7 +221,7 @@ def assemble(
     address: str,
 ) -> dict[str, Any]:
     explicit = request.passed()
-    variables = _variables(request, raw, explicit, client_env)
+    variables = _variables(request, raw, explicit, client_env, sources.startup)
     stages = [*STAGES, *(["nccl"] if request.gpus else [])]
     matrix: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
     for name in variables:
@@ -245,17 +243,17 @@ def assemble(
                     if expected is not None and value != expected
                     else "present"
                 )
-                cells[stage] = {"status": status, "value": _value(name, value)}
+                cells[stage] = {"status": status, "value": shown_value(name, value)}
             row[method] = cells
         matrix[name] = row
-    context = _Context(request, raw, sources, reference, client_env, explicit)
+    context = HintContext(request.deliver, raw, sources, reference, client_env, explicit)
     ssh = sources.ssh
     return {
         "host": address,
         "methods": [m.value for m in request.methods],
         "stages": stages,
-        "delivered": {k: _value(k, v) for k, v in request.deliver.items()},
-        "passed_explicitly": {k: _value(k, v) for k, v in explicit.items()},
+        "delivered": {k: shown_value(k, v) for k, v in request.deliver.items()},
+        "passed_explicitly": {k: shown_value(k, v) for k, v in explicit.items()},
         "watched": sorted(request.watch),
         "variables": variables,
         "matrix": matrix,
@@ -278,209 +276,3 @@ def assemble(
         "nccl": {m: r["nccl"] for m, r in raw.items() if r.get("nccl")},
         "notes": {m: r["notes"] for m, r in raw.items() if r.get("notes")},
     }
-
-
-@dataclass
-class _Context:
-    request: ProbeRequest
-    raw: Mapping[str, Mapping[str, Any]]
-    sources_: provenance.HostSources
-    reference: Mapping[str, str] | None
-    client_env: Mapping[str, str]
-    explicit: Mapping[str, str]
-
-    def has(self, method: Method, name: str) -> bool | None:
-        result = self.raw.get(method.value)
-        if result is None:
-            return None
-        stages = result["stages"]
-        return name in stages["shell"] or name in stages["python"]
-
-    def absent_in(self, name: str, methods: Sequence[Method]) -> list[str]:
-        return [m.value for m in methods if self.has(m, name) is False]
-
-    def sources(self, name: str) -> dict[str, Any]:
-        src = self.sources_
-        host = [a.where() for a in src.startup if a.name == name]
-        host += [
-            f"{a.file}:{a.line}" for a in src.etc_environment + src.nccl_conf if a.name == name
-        ]
-        for a in src.ssh_environment:
-            if a.name == name:
-                permit = src.ssh.sshd.permit_user_environment if src.ssh and src.ssh.sshd else None
-                state = (
-                    f"PermitUserEnvironment {permit.pattern} [{permit.where}]"
-                    if permit
-                    else ("PermitUserEnvironment unknown")
-                )
-                host.append(f"{a.file}:{a.line} (applied by sshd only with {state})")
-        if src.tmux_global.get(name) is not None:
-            host.append("tmux global environment")
-        crossing = self.ssh_crossing(name)
-        if crossing and self.has(Method.SSH, name):
-            host.append(crossing)
-        out: dict[str, Any] = {
-            "delivered": name in self.request.deliver,
-            "explicit": name in self.explicit and name not in self.request.deliver,
-            "host": host,
-        }
-        if out["explicit"]:
-            out["perfbisect"] = EXPLICIT_SOURCE
-        return out
-
-    def ssh_crossing(self, name: str) -> str | None:
-        """How ``name`` crosses `ssh host cmd` from this client, when SendEnv sends it."""
-        ssh = self.sources_.ssh
-        if ssh is None or name not in self.client_env or not provenance.matches(name, ssh.send_env):
-            return None
-        sent = next(p for p in ssh.send_env if provenance.matches(name, [p]))
-        rule = ssh.sshd.accepts(name) if ssh.sshd else None
-        if rule is None:
-            return f"sent by the OpenSSH client (SendEnv {sent})"
-        cond = ", inside a Match block not evaluated here" if rule.conditional else ""
-        return (
-            f"sent by the OpenSSH client (SendEnv {sent}), accepted by sshd "
-            f"(AcceptEnv {rule.pattern} at {rule.where}{cond})"
-        )
-
-    def hints(self, variables: Sequence[str]) -> list[dict[str, str]]:
-        hints: list[dict[str, str]] = []
-
-        def add(name: str, kind: str, message: str) -> None:
-            hints.append({"variable": name, "kind": kind, "message": message})
-
-        names = set(variables)
-        src = self.sources_
-        for a in src.startup:
-            if a.name not in names or not a.guard:
-                continue
-            missed = self.absent_in(a.name, NON_INTERACTIVE)
-            if not missed:
-                continue
-            via = f" (sourced via {' -> '.join(a.via)})" if a.via else ""
-            reached = "; login shells (tmux panes) do" if "login" in a.worlds else ""
-            add(
-                a.name,
-                "non-interactive-guard",
-                f"{a.file}:{a.line}{via} sets {a.name} after the non-interactive guard at "
-                f"{a.guard}: `ssh host cmd` stops there, so {', '.join(missed)} never see "
-                f"it{reached}. Move the export above the guard, or deliver it with [env]",
-            )
-        self._tmux_hints(variables, add)
-        self._ssh_hints(variables, add)
-        self._sitecustomize_hints(add)
-        for a in src.nccl_conf:
-            if a.name in names and a.name.startswith("NCCL_"):
-                add(
-                    a.name,
-                    "nccl-conf",
-                    f"{a.file}:{a.line} sets {a.name}={_value(a.name, a.value)}: NCCL applies "
-                    "it when the variable is not in the process environment",
-                )
-        for a in src.etc_environment:
-            if a.name in names:
-                add(
-                    a.name,
-                    "etc-environment",
-                    f"/etc/environment:{a.line} sets {a.name}: pam_env applies it to ssh and "
-                    "login sessions when sshd uses PAM, not to processes started otherwise",
-                )
-        return hints
-
-    def _tmux_hints(self, variables: Sequence[str], add: Any) -> None:
-        src = self.sources_
-        if not src.tmux_running or self.reference is None:
-            return
-        started = (
-            f" (started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(int(src.tmux_started)))})"
-            if src.tmux_started
-            else ""
-        )
-        tmux = self.raw.get(Method.TMUX.value)
-        for name in variables:
-            want = self.reference.get(name)
-            if want is None or name in self.request.deliver or name in self.explicit:
-                continue
-            if tmux is not None and tmux["stages"]["python"].get(name) == want:
-                continue  # the pane has it (its login shell set it): nothing went stale
-            have = src.tmux_global.get(name)
-            if have == want:
-                continue
-            state = "has no" if have is None else f"holds a stale value ({_value(name, have)}) of"
-            add(
-                name,
-                "tmux-stale-environment",
-                f"the tmux server{started} {state} {name} in its global environment, while "
-                f"your environment has {name}={_value(name, want)}: new sessions inherit the "
-                "server's environment, frozen when it started. Restart the tmux server or run "
-                f"`tmux set-environment -g {name} ...`",
-            )
-
-    def _ssh_hints(self, variables: Sequence[str], add: Any) -> None:
-        ssh = self.sources_.ssh
-        if ssh is None or self.has(Method.SSH, "PATH") is None:
-            return
-        for name in variables:
-            if (
-                name not in self.client_env
-                or name in self.request.deliver
-                or name in self.explicit
-                or not name.startswith(PREFIXES)
-                or self.has(Method.SSH, name)
-            ):
-                continue
-            if not provenance.matches(name, ssh.send_env):
-                add(
-                    name,
-                    "ssh-sendenv",
-                    f"{name} is in your environment but `ssh host cmd` does not carry it: your "
-                    f"ssh client sends only SendEnv {' '.join(ssh.send_env) or '(none)'} "
-                    f"(`{ssh.client} -G`); add `SendEnv {name}` to ~/.ssh/config (and "
-                    "AcceptEnv on the host), or deliver it with [env]",
-                )
-                continue
-            if ssh.sshd is None:
-                add(
-                    name,
-                    "ssh-acceptenv",
-                    f"{name} is sent by your ssh client (SendEnv) but did not arrive; sshd's "
-                    f"AcceptEnv could not be read ({ssh.sshd_error})",
-                )
-                continue
-            rule = ssh.sshd.accepts(name)
-            if rule is None:
-                add(
-                    name,
-                    "ssh-acceptenv",
-                    f"{name} is sent by your ssh client (SendEnv) but sshd drops it: "
-                    f"{ssh.sshd.summary()}. Add `AcceptEnv {name}` on the host, or deliver "
-                    "it with [env]",
-                )
-            else:
-                add(
-                    name,
-                    "ssh-dropped",
-                    f"{name} is sent (SendEnv) and accepted (AcceptEnv {rule.pattern} at "
-                    f"{rule.where}{', conditionally' if rule.conditional else ''}) but absent "
-                    "in the remote shell: a start-up file unsets it, or the Match block does "
-                    "not apply to this connection",
-                )
-
-    def _sitecustomize_hints(self, add: Any) -> None:
-        site = self.raw.get(Method.SITECUSTOMIZE.value)
-        if site is None:
-            return
-        ours = site.get("sitecustomize") or ""
-        if site.get("shadowed"):
-            add(
-                "PYTHONPATH",
-                "sitecustomize-shadow",
-                f"perfbisect's sitecustomize ({ours}) shadows {site['shadowed']}; it loads that "
-                "one after setting the variables",
-            )
-        if "/sitecustomize/" not in ours:
-            add(
-                "PYTHONPATH",
-                "sitecustomize-shadow",
-                f"another sitecustomize ({ours or 'none'}) was imported instead of perfbisect's",
-            )

@@ -3,9 +3,10 @@ shell start-up files (with the guards and the files they source, ``startup_files
 global environment, ``/etc/environment``, ``~/.ssh/environment``, NCCL configuration files,
 the client's ``SendEnv`` (``ssh -G``) and sshd's effective ``AcceptEnv`` (``sshd_config``).
 
-What it cannot know: files that a start-up file reads through a computed path (``. "$x"``),
-variables set by programs the shell runs (``eval "$(conda shell.bash hook)"``), and an sshd
-configuration it may not read; the hints say so instead of guessing.
+Files that a start-up file reads through a computed path (``. "$x"``) and variables set by
+programs the shell runs (``eval "$(conda shell.bash hook)"``) are found by running bash's start-up
+files traced (``startup_trace``). What it cannot know: an sshd configuration it may not read; the
+hints say so instead of guessing.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from __future__ import annotations
 import fnmatch
 import re
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from perfbisect.hosts.base import Host
 from perfbisect.hosts.openssh import OpenSshClient
 from perfbisect.probes import sshd_config
-from perfbisect.probes.startup_files import Assignment, assignment, startup_assignments
+from perfbisect.probes.startup_files import Assignment, StartupFiles, assignment, read_startup
+from perfbisect.probes.startup_trace import Traced, trace_startup
 
 __all__ = ["Assignment", "HostSources", "gather", "key_value_lines", "matches"]
 
@@ -75,6 +77,9 @@ class HostSources:
     tmux_global: dict[str, str | None]
     ssh: SshWorld | None = None
     unreadable: list[str] = field(default_factory=list)
+    startup_files: StartupFiles | None = None
+    traced: dict[str, dict[str, Traced]] = field(default_factory=dict)  # world -> name -> line
+    read: Callable[[str], str | None] = lambda _path: None  # the host's files, read once each
 
 
 def lister(host: Host) -> sshd_config.Lister:
@@ -151,9 +156,19 @@ def gather(
     nccl_conf_file: str | None = None,
     ssh_client: OpenSshClient | None = None,
     ssh_files: Host | None = None,
+    folder: str | None = None,
 ) -> HostSources:
+    """``folder``: a private directory on the host for the start-up trace (no trace without)."""
     listing = lister(host)
-    startup = startup_assignments(host.read_text, listing, host.home())
+    cache: dict[str, str | None] = {}
+
+    def read(path: str) -> str | None:
+        if path not in cache:
+            cache[path] = host.read_text(path)
+        return cache[path]
+
+    files = read_startup(read, listing, host.home())
+    startup = files.assignments
     etc_env = key_value_lines("/etc/environment", host.read_text("/etc/environment") or "")
     ssh_env = key_value_lines("~/.ssh/environment", host.read_text("~/.ssh/environment") or "")
     nccl: list[Assignment] = []
@@ -174,6 +189,9 @@ def gather(
         tmux_started=started,
         tmux_global=parse_tmux_environment(listed.output) if running else {},
         ssh=ssh_world(ssh_client, ssh_files) if ssh_client is not None else None,
+        startup_files=files,
+        traced=trace_startup(host, folder) if folder else {},
+        read=read,
     )
 
 

@@ -152,6 +152,9 @@ class _Walk:
     world: str
     found: dict[tuple[str, int, str], Assignment] = field(default_factory=dict)
     visited: set[str] = field(default_factory=set)
+    # path -> (the guard already passed when the file was entered, its own first guard line):
+    # what stops this world before any line of the file (see StartupFiles.reach)
+    entered: dict[str, tuple[str | None, int | None]] = field(default_factory=dict)
 
     def file(self, path: str, guard: str | None, via: tuple[str, ...], stops: bool) -> None:
         if path in self.visited or len(via) > 6:
@@ -161,6 +164,7 @@ class _Walk:
         if text is None:
             return
         guards = set(guard_lines(text)) if stops else set()
+        self.entered[path] = (guard, min(guards) if guards else None)
         for number, line in enumerate(text.splitlines(), start=1):
             if line.lstrip().startswith("#"):
                 continue
@@ -205,8 +209,51 @@ OTHER_FILES = {
 }
 
 
+@dataclass(frozen=True)
+class LineReach:
+    """Which shells run one line of a start-up file, and what stops the others."""
+
+    worlds: tuple[str, ...]  # LOGIN, SSH_CMD: the shells that run the line
+    guard: str | None  # "file:line" of the non-interactive guard that stops `ssh host cmd`
+    read_by: tuple[str, ...]  # the shells that read the file at all (guard or not)
+
+
+@dataclass(frozen=True)
+class StartupFiles:
+    """The start-up files as bash reads them: their assignments, and which shells reach any
+    line (a line that runs a program, sources a computed path, calls a function)."""
+
+    assignments: list[Assignment]
+    login_file: str | None  # the first of LOGIN_CANDIDATES that exists: the one bash reads
+    walks: tuple[_Walk, ...]
+
+    def reach(self, path: str, line: int) -> LineReach | None:
+        """None when no bash start-up file path leads to ``path``."""
+        worlds: list[str] = []
+        read_by: list[str] = []
+        guard: str | None = None
+        for walk in self.walks:
+            if path not in walk.entered:
+                continue
+            read_by.append(walk.world)
+            before, first = walk.entered[path]
+            stop = before or (f"{path}:{first}" if first is not None and first < line else None)
+            if walk.world == SSH_CMD and stop:
+                guard = stop
+                continue
+            worlds.append(walk.world)
+        if not read_by:
+            return None
+        return LineReach(tuple(sorted(worlds)), guard, tuple(sorted(read_by)))
+
+
 def startup_assignments(read: Reader, listing: Lister, home: str) -> list[Assignment]:
     """Every variable assignment in the start-up files, each with the shells that reach it."""
+    return read_startup(read, listing, home).assignments
+
+
+def read_startup(read: Reader, listing: Lister, home: str) -> StartupFiles:
+    """The start-up files of both worlds (login shells, `ssh host cmd`)."""
     login = _Walk(read, listing, home, LOGIN)
     login.file("/etc/profile", None, (), stops=False)
     for path in listing("/etc/profile.d/*.sh"):
@@ -233,4 +280,5 @@ def startup_assignments(read: Reader, listing: Lister, home: str) -> list[Assign
             pair = assignment(line)
             if pair and not line.lstrip().startswith("#"):
                 merged[(path, number)] = Assignment(path, number, pair[0], pair[1], note=note)
-    return sorted(merged.values(), key=lambda a: (a.file, a.line))
+    found = sorted(merged.values(), key=lambda a: (a.file, a.line))
+    return StartupFiles(found, first, (login, ssh))

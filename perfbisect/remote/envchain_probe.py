@@ -36,6 +36,75 @@ def sitecustomize_file() -> str | None:
     return getattr(module, "__file__", None) if module else None
 
 
+# A line of a start-up hook that changes the environment, and the names quoted on it.
+ENV_LINE = re.compile(r"environ|putenv")
+QUOTED_NAME = re.compile(r"""["']([A-Za-z_][A-Za-z0-9_]*)["']""")
+
+
+def _env_names(path: str, only_imports: bool) -> dict[str, list[int]]:
+    """NAME -> line numbers of ``path`` that set it (names only: values stay on the host).
+    In a .pth file only lines starting with ``import`` run."""
+    found: dict[str, list[int]] = {}
+    try:
+        with open(path, errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return found
+    for number, line in enumerate(lines, start=1):
+        if only_imports and not line.startswith(("import ", "import\t")):
+            continue
+        if line.lstrip().startswith("#") or not ENV_LINE.search(line):
+            continue
+        for name in QUOTED_NAME.findall(line):
+            found.setdefault(name, []).append(number)
+    return found
+
+
+def python_startup() -> list[dict[str, Any]]:
+    """The hooks this interpreter's start-up runs or skips (``site``): every
+    ``sitecustomize.py``/``usercustomize.py`` on ``sys.path`` (only the first of each is
+    imported; perfbisect's generated one loads the one it shadows) and the ``.pth`` files of
+    the site directories, each with the variables it sets."""
+    import site
+
+    if sys.flags.no_site:
+        return []
+    ours = os.environ.get("PERFBISECT_SITECUSTOMIZE")
+    ran = {
+        os.path.realpath(f)
+        for f in (sitecustomize_file(), os.environ.get("PERFBISECT_SITECUSTOMIZE_SHADOWED"))
+        if f
+    }
+    user = sys.modules.get("usercustomize")
+    if user is not None and getattr(user, "__file__", None):
+        ran.add(os.path.realpath(user.__file__))
+    hooks: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for folder in sys.path:
+        for role in ("sitecustomize", "usercustomize"):
+            path = os.path.join(os.path.abspath(folder or "."), f"{role}.py")
+            real = os.path.realpath(path)
+            if (
+                real in seen
+                or not os.path.isfile(path)
+                or (ours and real == os.path.realpath(ours))
+            ):
+                continue
+            seen.add(real)
+            hooks.append(
+                {"path": path, "role": role, "ran": real in ran, "names": _env_names(path, False)}
+            )
+    folders = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
+    if site.ENABLE_USER_SITE:
+        folders.append(site.getusersitepackages())
+    for folder in folders:
+        for path in sorted(glob.glob(os.path.join(folder, "*.pth"))):
+            names = _env_names(path, True)
+            if names:
+                hooks.append({"path": path, "role": "pth", "ran": True, "names": names})
+    return hooks
+
+
 def c_getenv(names: list[str]) -> dict[str, str | None]:
     libc = ctypes.CDLL(None)
     libc.getenv.restype = ctypes.c_char_p
@@ -112,6 +181,7 @@ def main() -> int:
         "env": watched(dict(os.environ), spec),
         "sitecustomize": sitecustomize_file(),
         "shadowed": os.environ.get("PERFBISECT_SITECUSTOMIZE_SHADOWED"),
+        "python_startup": python_startup(),
     }
     with open(os.path.join(out_dir, "parent.json"), "w") as fh:
         json.dump(parent, fh)

@@ -3,7 +3,9 @@
 Up to 0.5.2 the runtime dependencies sit in extras (``pip install -e "python[all]"``, where
 ``all`` pulls ``srt`` which pulls ``runtime_common``); from 0.5.3 they are the project's own
 dependencies (``pip install -e python``). The environment is keyed by the sorted, normalised
-requirement set, so stepping between commits whose pins are equal costs no reinstall.
+requirement set, so stepping between commits whose pins are equal costs no reinstall. An
+experiment can narrow the key to the packages that matter to it (``pins = ["torch", ...]``):
+commits that differ only in other requirements then share one environment.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
 from perfbisect.errors import StepFailed
 
 _EXTRA_REF = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*\[([^\]]+)\]\s*$")
@@ -29,10 +34,42 @@ class InstallPlan:
     requirements: tuple[str, ...]
     digest: str  # keys the dependency environment
     version_from_git: bool  # needs SETUPTOOLS_SCM_PRETEND_VERSION in a tagless worktree
+    keyed_by: tuple[str, ...] = ()  # the requirements the digest is made of
+    build_requires: tuple[str, ...] = ()  # [build-system] requires (the editable build's)
+    version_file: str | None = None  # setuptools-scm's generated file, relative to python/
+
+    def label(self, shown: int = 4) -> str:
+        """The pin set as a report shows it: the headline packages' pins first, then a count."""
+        ranked = sorted(self.keyed_by, key=lambda r: (_rank(r), r))
+        more = len(ranked) - shown
+        return ", ".join(ranked[:shown]) + (f" (+{more} more)" if more > 0 else "")
+
+
+# The packages whose pins decide what a commit runs on: shown first in a pin set's label.
+HEADLINE = ("torch", "sglang-kernel", "sgl-kernel", "flashinfer-python", "transformers")
+
+
+def requirement_name(requirement: str) -> str | None:
+    try:
+        return canonicalize_name(Requirement(requirement).name)
+    except InvalidRequirement:
+        return None
+
+
+def _rank(requirement: str) -> int:
+    name = requirement_name(requirement)
+    return HEADLINE.index(name) if name in HEADLINE else len(HEADLINE)
 
 
 def _normalise(requirement: str) -> str:
-    return re.sub(r"\s+", "", requirement).lower()
+    """One spelling per requirement (name canonical, spaces and extras' order as packaging
+    writes them), still installable: markers keep their ``and``/``or`` words apart."""
+    try:
+        parsed = Requirement(requirement)
+    except InvalidRequirement:
+        return " ".join(requirement.split())
+    parsed.name = canonicalize_name(parsed.name)
+    return str(parsed)
 
 
 def _closure(optional: dict[str, list[str]], extra: str, name: str, seen: set[str]) -> list[str]:
@@ -51,7 +88,10 @@ def _closure(optional: dict[str, list[str]], extra: str, name: str, seen: set[st
     return out
 
 
-def install_plan(pyproject_text: str, where: str = "python/pyproject.toml") -> InstallPlan:
+def install_plan(
+    pyproject_text: str, where: str = "python/pyproject.toml", pins: tuple[str, ...] = ()
+) -> InstallPlan:
+    """What the checkout installs; ``pins``: package names that alone key the environment."""
     try:
         data = tomllib.loads(pyproject_text)
         project = data["project"]
@@ -65,7 +105,19 @@ def install_plan(pyproject_text: str, where: str = "python/pyproject.toml") -> I
         requirements += _closure(optional, "all", name, set())
         target = "python[all]"
     normalised = tuple(sorted({_normalise(r) for r in requirements}))
-    digest = hashlib.sha256("\n".join(normalised).encode()).hexdigest()[:16]
+    wanted = {canonicalize_name(p) for p in pins}
+    keyed = tuple(r for r in normalised if not wanted or requirement_name(r) in wanted)
+    digest = hashlib.sha256("\n".join(keyed).encode()).hexdigest()[:16]
     dynamic = project.get("dynamic", [])
-    scm = "setuptools_scm" in data.get("tool", {}) or "setuptools-scm" in pyproject_text
-    return InstallPlan(target, normalised, digest, "version" in dynamic and scm)
+    tool = data.get("tool", {})
+    scm = "setuptools_scm" in tool or "setuptools-scm" in pyproject_text
+    version_file = tool.get("setuptools_scm", {}).get("version_file")
+    return InstallPlan(
+        target,
+        normalised,
+        digest,
+        "version" in dynamic and scm,
+        keyed,
+        tuple(str(r) for r in data.get("build-system", {}).get("requires", [])),
+        str(version_file) if version_file else None,
+    )

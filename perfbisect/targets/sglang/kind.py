@@ -26,7 +26,14 @@ class SglangOptions:
     model: str  # the served model: a hub id or a folder
     draft_model: str  # the EAGLE-3 draft
     repo: str | None = None  # the SGLang checkout; required unless build = "installed"
-    build: str = "editable"  # "editable" (the commit's checkout) or "installed"
+    # "editable" (the commit's checkout installed, falling back to its source folder when its
+    # compiled parts cannot build), "source" (the source folder, never built), or "installed"
+    build: str = "editable"
+    source_fallback: bool = True  # false: a failed editable install is a SKIP
+    pins: tuple[Any, ...] = ()  # package names that alone key a commit's environment
+    wheelhouse: str | None = None  # a folder of wheels on the host: environments built offline
+    index_url: str | None = None  # the package index (with wheelhouse: both are used)
+    max_envs: int = 4  # pin-set environments kept per host (least recently used evicted)
     ready: str = "health"  # "health" (/health_generate) or "log" (the ready line)
     axis_args: dict[str, Any] = field(default_factory=dict)  # {axis: {value: [server args]}}
     prompts: str | None = None  # one prompt per line (default: a built-in set)
@@ -53,7 +60,7 @@ class SglangOptions:
 SCHEMA: Schema = schema_of(SglangOptions)
 
 
-SGLANG_BUILDS = ("editable", "installed")
+SGLANG_BUILDS = ("editable", "source", "installed")
 SGLANG_READY = ("health", "log")
 
 
@@ -62,10 +69,14 @@ def check_sglang(ctx: KindCheck) -> None:
     build = target.get("build", "editable")
     if build not in SGLANG_BUILDS:
         raise check.fail(("target",), "build", f"must be one of {', '.join(SGLANG_BUILDS)}")
-    if build == "editable" and repo is None:
+    if build != "installed" and repo is None:
         raise check.fail(
             ("target",), "repo", 'missing: the SGLang checkout (or build = "installed")'
         )
+    if not all(isinstance(p, str) and p for p in target.get("pins", [])):
+        raise check.fail(("target",), "pins", "must be a list of package names")
+    if target.get("max_envs", 1) < 1:
+        raise check.fail(("target",), "max_envs", "must be at least 1")
     if target.get("ready", "health") not in SGLANG_READY:
         raise check.fail(("target",), "ready", f"must be one of {', '.join(SGLANG_READY)}")
     if "prompts" in target and not (path.parent / str(target["prompts"])).is_file():

@@ -78,3 +78,26 @@ def log_notes(log: str) -> list[str]:
             parts.append(f"server gen tokens/s {stats.gen_tokens_per_s:.1f}")
         notes.append(", ".join(parts))
     return notes
+
+
+# Why a server died before it was ready, in the words an environment mismatch uses: a module
+# the commit imports that the environment lacks, a name a package no longer exports, or a flag
+# this commit's argument parser does not know.
+_CAUSES = (
+    (re.compile(r"ModuleNotFoundError: No module named '([^']+)'"), "missing import {}"),
+    (re.compile(r"ImportError: cannot import name '([^']+)'"), "missing name {} in an import"),
+    (re.compile(r"ImportError: (.+)"), "import failed: {}"),
+    (re.compile(r"error: unrecognized arguments: (.+)"), "flag not known to this commit: {}"),
+    (re.compile(r"error: argument (--\S+): (.+)"), "flag refused: {}"),
+)
+
+
+def failure_cause(log: str) -> str | None:
+    """The first import or flag error in a server log, with its line number and line."""
+    lines = log.splitlines()
+    for pattern, what in _CAUSES:
+        for number, line in enumerate(lines, 1):
+            found = pattern.search(line)
+            if found:
+                return f"{what.format(found.group(1))} (serve.log line {number}: {line.strip()})"
+    return None

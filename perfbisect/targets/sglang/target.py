@@ -4,6 +4,7 @@ parallelism through the launch methods, run perfbisect's workload, read the veri
 from __future__ import annotations
 
 import shlex
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -21,13 +22,14 @@ from perfbisect.targets.base import BuildInfo, LaunchPlan, Measurement
 from perfbisect.targets.command import CommandTarget
 from perfbisect.targets.kind import parse_options
 from perfbisect.targets.readiness import LOG_PREFIX
-from perfbisect.targets.sglang.build import build, envs_root
+from perfbisect.targets.sglang.build import BuildOptions, build, envs_root
 from perfbisect.targets.sglang.deps import install_plan
+from perfbisect.targets.sglang.envs import Sources
 from perfbisect.targets.sglang.kind import SglangOptions
 from perfbisect.targets.sglang.launch_args import checkout_version, server_argv, shell_command
 from perfbisect.targets.sglang.proxy import ProxySpec, flag_note, prepare_model
 from perfbisect.targets.sglang.proxy import server_args as proxy_args
-from perfbisect.targets.sglang.server_log import READY_LINE, log_notes
+from perfbisect.targets.sglang.server_log import READY_LINE, failure_cause, log_notes
 from perfbisect.targets.sglang.timer import BOOT, install_timer
 
 WORKLOAD = program("sglang_workload.py")
@@ -93,15 +95,19 @@ class SglangTarget(CommandTarget):
         values: Mapping[str, str],
         proxy_model: str | None = None,
         speculative: bool = True,
+        source_path: str | None = None,
     ) -> dict[str, str]:
         """The serve, ready and measure commands; ``proxy_model``: the proxy's model folder
-        (a proxy launch), ``speculative``: False for a baseline launch."""
+        (a proxy launch), ``speculative``: False for a baseline launch, ``source_path``: the
+        checkout's folder SGLang is imported from (no editable install)."""
         options = {**self.sglang, "extra_args": self._server_args(values)}
         if proxy_model is not None and self.proxy is not None:
             options["model"] = proxy_model
             options["extra_args"] = [*options["extra_args"], *proxy_args(self.proxy, version)]
         argv = server_argv(python, version, options, "{port}", speculative)
         serve = "PERFBISECT_VERIFY_TIMER_DIR={timing} exec " + shell_command(argv)
+        if source_path:
+            serve = f"PYTHONPATH={shlex.quote(source_path)}${{PYTHONPATH:+:$PYTHONPATH}} " + serve
         workload = [
             shlex.quote(python),
             shlex.quote(self._workload_path()),
@@ -174,10 +180,13 @@ class SglangTarget(CommandTarget):
         log_dir: Path,
     ) -> tuple[BuildInfo, LaunchPlan]:
         self._check_models()
+        source_path: str | None = None
+        notes: tuple[str, ...] = ()
         if self.installed:
             python, version, info = self._installed()
         else:
             version = self._checkout_version(worktree)
+            started = time.monotonic()
             built = build(
                 self.host,
                 worktree,
@@ -185,21 +194,39 @@ class SglangTarget(CommandTarget):
                 envs_root(self.host),
                 float(self.options["timeout_s"]),
                 tuple(str(a) for a in self.opts.pip_args),
+                self._build_options(),
             )
-            python = built.python
-            info = BuildInfo("ok", built.reused, 0.0, f"environment {built.digest}")
+            python, notes = built.python, built.notes
+            # Served from its own worktree in every case: with several slots on one host,
+            # another commit of this pin set may have re-pointed the editable install since.
+            source_path = built.source_path or f"{worktree}/python"
+            spent = time.monotonic() - started  # part of time to culprit: recorded per step
+            info = BuildInfo("ok", built.reused, spent, f"pin set {built.digest}: {built.label}")
             (log_dir / "build.log").write_text(built.log)
         proxy_model: str | None = None
-        notes: tuple[str, ...] = ()
         if config.is_proxy:
             assert self.proxy is not None
             source = self.proxy.model or self.opts.model
             root = f"{self.host.cache_dir()}/sglang/proxy-models"
             proxy_model = prepare_model(self.host, source, self.proxy, root)
-            notes = (flag_note(self.proxy, proxy_model, version),)
-        commands = self._commands(python, version, values, proxy_model, not config.is_baseline)
+            notes = (*notes, flag_note(self.proxy, proxy_model, version))
+        commands = self._commands(
+            python, version, values, proxy_model, not config.is_baseline, source_path
+        )
         plan = LaunchPlan(commands["measure"], commands["serve"], commands["ready"], notes=notes)
         return info, plan
+
+    def _build_options(self) -> BuildOptions:
+        wheelhouse = self.opts.wheelhouse
+        if wheelhouse and self.host.is_local:  # relative to the experiment file, like prompts
+            wheelhouse = str(self.experiment.directory / Path(wheelhouse).expanduser())
+        return BuildOptions(
+            Sources(wheelhouse, self.opts.index_url),
+            tuple(str(p) for p in self.opts.pins),
+            self.opts.build == "source",
+            self.opts.source_fallback,
+            self.opts.max_envs,
+        )
 
     def _installed(self) -> tuple[str, Version | None, BuildInfo]:
         """``build = "installed"``: serve the SGLang that ``python`` imports, as it is."""
@@ -242,7 +269,17 @@ class SglangTarget(CommandTarget):
             raise StepFailed("build", "a proxy launch was asked for, but [target] has no proxy")
         if config.is_baseline and not self.opts.baseline:
             raise StepFailed("build", "a baseline launch was asked for, but baseline is not set")
-        measured = super().launch(config, log_dir, on_stage)
+        try:
+            measured = super().launch(config, log_dir, on_stage)
+        except StepFailed as exc:
+            # The endpoints launch first: an environment that does not fit the commit shows
+            # there, and the SKIP names the import or flag instead of a log tail.
+            serve_log = Path(log_dir) / "serve.log"
+            text = serve_log.read_text(errors="replace") if serve_log.exists() else ""
+            cause = failure_cause(text)
+            if cause is None or exc.stage not in ("serve", "ready"):
+                raise
+            raise StepFailed(exc.stage, f"{cause}; {exc.reason}") from exc
         measured.snapshot["fidelity"] = "proxy" if config.is_proxy else "full"
         measured.snapshot["speculative"] = not config.is_baseline
         log_file = Path(log_dir) / "serve.log"
@@ -256,6 +293,7 @@ class SglangTarget(CommandTarget):
     def describe(self, config: Configuration) -> dict[str, Any]:
         """Every command one launch runs on the host, for ``bisect start --dry-run``."""
         values = self._values(config, "<worktree>", 0)
+        source_path: str | None = None
         if self.installed:
             python, version, _, _ = self._probe_installed()
             steps = [
@@ -267,22 +305,34 @@ class SglangTarget(CommandTarget):
             text = self.host.read_text(f"{worktree}/python/pyproject.toml")
             if text is None:
                 raise StepFailed("build", f"{worktree} is not an SGLang checkout")
-            plan = install_plan(text)
-            python = f"{envs_root(self.host)}/{plan.digest}/bin/python"
+            options = self._build_options()
+            source_path = f"{worktree}/python"
+            plan = install_plan(text, pins=options.pins)
+            env_dir = f"{envs_root(self.host)}/{plan.digest}"
+            python = f"{env_dir}/bin/python"
             version = self._checkout_version(worktree)
             pretend = (
                 "SETUPTOOLS_SCM_PRETEND_VERSION=0.0.0+perfbisect " if plan.version_from_git else ""
             )
+            pip = "".join(f"{shlex.quote(str(a))} " for a in self.opts.pip_args)
+            pip += "".join(f"{shlex.quote(a)} " for a in options.sources.pip_args())
             steps = [
-                f"{self._base_python()} -m venv --system-site-packages "
-                f"--without-pip {envs_root(self.host)}/{plan.digest}   # once per pinned set, "
-                "layered on that interpreter's own environment",
-                f"{pretend}{python} -m pip install "
-                + "".join(f"{shlex.quote(str(a))} " for a in self.opts.pip_args)
-                + f"-e {worktree}/{plan.target}",
+                f"{self._base_python()} -m venv --system-site-packages --without-pip {env_dir}"
+                f"   # once per pin set ({plan.label()}), layered on that interpreter's own "
+                "environment",
+                f"{python} -m pip install {pip}-r {env_dir}/perfbisect-pins.txt"
+                f"   # the {len(plan.requirements)} requirements, from "
+                f"{options.sources.describe()}",
+                f"{pretend}{python} -m pip install --no-deps {pip}-e {worktree}/{plan.target}"
+                if not options.source_only
+                else f"no install: PYTHONPATH={worktree}/python (build = source)",
+            ]
+            if options.fallback and not options.source_only:
+                steps.append("if that install fails: PYTHONPATH=<worktree>/python (source folder)")
+            steps += [
                 f"install {BOOT.name} + .pth into the environment's site-packages",
             ]
-        commands = self._commands(python, version, values)
+        commands = self._commands(python, version, values, source_path=source_path)
         described: dict[str, Any] = {
             "host": self.host.address,
             "launch": self._method(config),
