@@ -36,8 +36,24 @@ class RevisionError(PerfbisectError):
     exit_code = 2
 
 
+class MetricMatchedNothing(ExperimentError):
+    """Raised when both endpoints ran and neither's output held a single sample: the metric's
+    pattern (or the timer) is wrong, not the code. Input to fix, exit 2."""
+
+
+# How a launch whose output held no sample says so (its reason starts with it, after the stage).
+NO_SAMPLES = "no samples: "
+
+
 class StoreError(PerfbisectError):
     """Raised when the history database cannot be opened, is newer than us, or is busy."""
+
+
+class DatabaseMissing(StoreError):
+    """Raised when a command that only reads the history is given one that does not exist
+    (a mistyped ``--db``): input to fix, exit 2."""
+
+    exit_code = 2
 
 
 class SessionBusy(StoreError):

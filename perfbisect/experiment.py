@@ -7,6 +7,7 @@ file would otherwise silently change what hours of GPU time measure.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import sys
 from collections.abc import Mapping
@@ -61,6 +62,9 @@ LAUNCH_SCHEMA: Schema = {
 LAUNCH_METHODS = tuple(m.value for m in Method)  # defined once, in launch/method.py
 TOP_LEVEL = {"target", "metric", "axes", "env", "host", "launch", "executor"}
 EXECUTOR_KINDS = ("local", "hosts", "slurm")
+SUBMITIT_MISSING = (
+    "\"slurm\" submits through submitit, which is not installed: pip install 'perfbisect[slurm]'"
+)
 EXECUTOR_SCHEMA: Schema = {
     "kind": ((str,), False),
     "slots": ((int,), False),
@@ -341,6 +345,8 @@ def _parse_executor(check: Checker, doc: Mapping[str, Any]) -> ExecutorSettings:
     kind = str(table.get("kind", "local"))
     if kind not in EXECUTOR_KINDS:
         raise check.fail(("executor",), "kind", f"must be one of {', '.join(EXECUTOR_KINDS)}")
+    if kind == "slurm" and importlib.util.find_spec("submitit") is None:
+        raise check.fail(("executor",), "kind", SUBMITIT_MISSING)
     slurm = {k: table[k] for k in SLURM_KEYS if k in table}
     if slurm and kind != "slurm":
         raise check.fail(("executor",), next(iter(slurm)), 'is for kind = "slurm"')

@@ -100,20 +100,30 @@ def test_bad_spec_is_usage_error(setup: tuple[Cli, list[str]], tmp_path: Path) -
     assert sessions_in(tmp_path) == 0
 
 
-def test_pattern_matching_nothing_stops_at_endpoint(
+def test_pattern_matching_nothing_is_an_input_error_after_both_endpoints(
     setup: tuple[Cli, list[str]], tmp_path: Path
 ) -> None:
+    # Once both endpoints ran and the pattern matched nothing in either, the experiment is at
+    # fault: exit 2 with the output tail said once, not exit 3 after a third launch with the
+    # tail printed four times.
     cli, shas = setup
     (tmp_path / "perfbisect.toml").write_text(
         EXPERIMENT.replace("verify_ms=([0-9.]+)", "tok_s=([0-9.]+)")
     )
     result = cli.run("bisect", "start", "--good", shas[0], "--bad", shas[2], "--json")
-    assert result.returncode == 3
+    assert result.returncode == 2, result.stderr
     import json
 
-    report = json.loads(result.stdout)
-    assert report["status"] == "endpoints-not-reproduced"
-    assert "no samples" in report["message"] and "good endpoint" in report["message"]
+    error = json.loads(result.stdout)
+    assert error["kind"] == "MetricMatchedNothing" and error["exit_code"] == 2
+    assert "metric pattern 'tok_s=([0-9.]+)' matched nothing" in error["error"]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("perfbisect: error: ") and "perfbisect.toml" in last
+    assert "verify_ms=30.3000" in last  # the bad endpoint's output tail, once
+    assert result.stderr.count("verify_ms=") == 5, result.stderr  # its 5 lines, nothing more
+    with sqlite3.connect(tmp_path / "history.db") as conn:
+        assert conn.execute("select count(*) from launches").fetchone()[0] == 2
+        assert conn.execute("select status from sessions").fetchall() == [("failed",)]
 
 
 def test_measure_command_not_found(setup: tuple[Cli, list[str]], tmp_path: Path) -> None:
@@ -146,7 +156,10 @@ def test_unwritable_database(setup: tuple[Cli, list[str]], tmp_path: Path) -> No
 
 def test_newer_schema_is_refused(setup: tuple[Cli, list[str]], tmp_path: Path) -> None:
     cli, _ = setup
-    assert cli.run("query", "sessions").returncode == 0  # creates the database
+    from perfbisect.store.database import open_store
+
+    open_store(f"sqlite:///{tmp_path / 'history.db'}").close()  # a database at today's schema
+    assert cli.run("query", "sessions").returncode == 0
     with sqlite3.connect(tmp_path / "history.db") as conn:
         conn.execute("update alembic_version set version_num = '9999'")
     result = cli.run("query", "sessions")

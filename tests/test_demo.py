@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+import subprocess
 from pathlib import Path
 
 from conftest import Cli
@@ -21,5 +23,15 @@ def test_demo_names_the_planted_commit(cli: Cli, tmp_path: Path) -> None:
     )
     sessions = cli.json("query", "sessions", "--json")  # PERFBISECT_DB set by the fixture wins
     assert [s["outcome"] for s in sessions] == ["found"]
+    for command in report["demo"]["next"]:  # each next step works as printed
+        done = subprocess.run(
+            shlex.split(command),
+            cwd=tmp_path,
+            env=cli.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, (command, done.stderr)
     again = cli.run("demo", "--dir", str(tmp_path / "demo"))
     assert again.returncode == 2 and "already exists" in again.stderr

@@ -13,7 +13,7 @@ from conftest import make_repo
 
 from perfbisect.errors import StepFailed
 from perfbisect.hosts.local import LocalHost
-from perfbisect.targets.sglang.build import build
+from perfbisect.targets.sglang.build import BuildOptions, build
 from perfbisect.targets.sglang.deps import install_plan
 
 OLD_LAYOUT = """
@@ -118,3 +118,27 @@ def test_build_reuses_the_environment_while_pins_are_equal(tmp_path: Path) -> No
 def test_not_an_sglang_checkout(tmp_path: Path) -> None:
     with pytest.raises(StepFailed, match="is not an SGLang checkout"):
         build(LocalHost(), str(tmp_path), sys.executable, str(tmp_path / "envs"), 60)
+
+
+def test_pins_environment_installs_only_the_pinned_requirements(tmp_path: Path) -> None:
+    """An offline host whose python already holds the serving packages: with `pins`, the
+    environment installs those alone, so an unpinned requirement no source has is no SKIP."""
+    deps = '"packaging", "no-such-dist-perfbisect==9.9"'
+    repo = make_repo(
+        tmp_path / "repo",
+        [{"python/pyproject.toml": TINY.format(deps=deps), "python/sglang/__init__.py": ""}],
+    )
+    worktree = tmp_path / "wt"
+    subprocess.run(
+        ["git", "-C", str(repo.path), "worktree", "add", "-q", "--detach", str(worktree)],
+        check=True,
+    )
+    options = BuildOptions(pins=("packaging",), source_only=True)
+    root = str(tmp_path / "envs")
+    env = build(LocalHost(), str(worktree), sys.executable, root, 300, ("--no-index",), options)
+    pins_file = Path(root) / env.digest / "perfbisect-pins.txt"
+    assert pins_file.read_text().split() == ["packaging"]
+    assert env.source_path == f"{worktree}/python"
+    unpinned = BuildOptions(source_only=True)  # every requirement: the missing one is named
+    with pytest.raises(StepFailed, match="no-such-dist-perfbisect"):
+        build(LocalHost(), str(worktree), sys.executable, root, 300, ("--no-index",), unpinned)

@@ -53,14 +53,20 @@ class Interrupted(PerfbisectError):
 
 
 class Progress(Protocol):
-    def started(self, session_id: int, path_length: int, expected_steps: int) -> None: ...
+    def started(
+        self, session_id: int, path_length: int, expected_steps: int, spent_s: float = 0.0
+    ) -> None:
+        """``spent_s``: the session's time before this run (a resumed session's earlier runs)."""
+
     def stage(self, request: LaunchRequest, stage: str) -> None: ...
     def launched(self, request: LaunchRequest, result: LaunchResult, replayed: bool) -> None: ...
     def verdict(self, point: PointResult) -> None: ...
 
 
 class NoProgress:
-    def started(self, session_id: int, path_length: int, expected_steps: int) -> None:
+    def started(
+        self, session_id: int, path_length: int, expected_steps: int, spent_s: float = 0.0
+    ) -> None:
         pass
 
     def stage(self, request: LaunchRequest, stage: str) -> None:
@@ -276,9 +282,11 @@ class _LockedProgress:
         self.inner = inner
         self.lock = threading.Lock()
 
-    def started(self, session_id: int, path_length: int, expected_steps: int) -> None:
+    def started(
+        self, session_id: int, path_length: int, expected_steps: int, spent_s: float = 0.0
+    ) -> None:
         with self.lock:
-            self.inner.started(session_id, path_length, expected_steps)
+            self.inner.started(session_id, path_length, expected_steps, spent_s)
 
     def stage(self, request: LaunchRequest, stage: str) -> None:
         with self.lock:

@@ -15,7 +15,7 @@ from perfbisect.bisect.engine import Culprit, Engine, Outcome, Status
 from perfbisect.bisect.multiaxis import MultiAxisEngine
 from perfbisect.bisect.report import build_report
 from perfbisect.bisect.report_model import Report, ReportStatus, counted
-from perfbisect.bisect.session import _engine, stored_options
+from perfbisect.bisect.session import _engine, resume_command, stored_options
 from perfbisect.bisect.stats import Verdict, difference
 from perfbisect.config import Configuration
 from perfbisect.errors import ExperimentError
@@ -101,7 +101,7 @@ def provisional_report(store: Store, row: SessionRow) -> Report:
     last = engine.bad_end
     pending = engine.next_batch()
     nexts = ", ".join(f"position {r.position} ({r.purpose.value})" for r in pending)
-    resume = f"`perfbisect bisect resume {row.id}` continues it (these launches are not made again)"
+    resume = f"`{resume_command(store, row.id)}` continues it (these launches are not made again)"
     if engine.outcome is not None:
         outcome = engine.outcome
         remaining = (

@@ -40,10 +40,12 @@ from perfbisect.bisect.multiaxis import MultiAxisEngine
 from perfbisect.bisect.report import build_report
 from perfbisect.bisect.report_model import Fidelity, FullModelCheck, Report, counted
 from perfbisect.bisect.specs import resolve_endpoints
+from perfbisect.bisect.unmatched import StopWhenNothingMatches
 from perfbisect.config import Configuration
-from perfbisect.errors import ExperimentError
+from perfbisect.errors import ExperimentError, MetricMatchedNothing, StoreError
 from perfbisect.executors.registry import make_target
 from perfbisect.experiment import Experiment, load_experiment
+from perfbisect.invocation import command_line
 from perfbisect.paths import cache_dir
 from perfbisect.redact import redact_toml
 from perfbisect.store import records
@@ -56,9 +58,31 @@ from perfbisect.store.history import (
 from perfbisect.targets.sglang.proxy import ProxySpec
 
 
-def expected_steps(path_length: int) -> int:
-    """Endpoints + binary search + the verified pair, for the progress display."""
-    return 2 + max(0, math.ceil(math.log2(max(path_length - 1, 1)))) + 2
+def expected_steps(path_length: int, plans: list[dict[str, Any]] | None = None) -> int:
+    """Configurations a session is expected to judge, for the progress display: the
+    endpoints and the search (verifying the crossing judges two of them again: no new ones).
+    Across several axes (``plans``) the search is the attribution (one configuration per
+    axis), then each axis's own search: a binary search along a path, ddmin over a set (about
+    two configurations per halving of its members)."""
+    if not plans:
+        return 2 + _halvings(path_length)
+    axes = [AxisPlan.from_json(p) for p in plans]
+    attribution = len(axes) if len(axes) > 1 else 0
+    inner = sum(
+        _halvings(len(a.values)) if a.kind == "path" else 2 * max(1, _halvings(len(a.items) + 1))
+        for a in axes
+    )
+    return 2 + attribution + inner
+
+
+def _halvings(length: int) -> int:
+    """Binary-search steps between the two ends of a path of ``length`` configurations."""
+    return max(0, math.ceil(math.log2(max(length - 1, 1))))
+
+
+def resume_command(store: Store, session_id: int) -> str:
+    """The command that continues an interrupted session, as the user can run it."""
+    return command_line("bisect", "resume", str(session_id), db_url=store.url)
 
 
 def measurement_hosts(experiment: Experiment) -> list[str]:
@@ -73,6 +97,31 @@ def measurement_hosts(experiment: Experiment) -> list[str]:
     return sorted({f"local:{socket.gethostname()}" if a == "local" else a for a in addresses})
 
 
+@dataclass(frozen=True)
+class HostOptions:
+    """How the hosts are reached, given on the command line over the experiment's ``[host]``
+    (``--ssh-config``, ``--accept-new-host-key``); kept with the session for its resume."""
+
+    ssh_config: str | None = None
+    accept_new_host_key: bool = False
+
+    def apply(self, experiment: Experiment) -> Experiment:
+        host = experiment.host
+        if self.ssh_config:
+            host = replace(host, ssh_config=str(Path(self.ssh_config).expanduser().resolve()))
+        if self.accept_new_host_key:
+            host = replace(host, accept_new_host_key=True)
+        return replace(experiment, host=host)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"ssh_config": self.ssh_config, "accept_new_host_key": self.accept_new_host_key}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> HostOptions:
+        data = data or {}
+        return cls(data.get("ssh_config"), bool(data.get("accept_new_host_key", False)))
+
+
 def start(
     store: Store,
     *,
@@ -83,9 +132,11 @@ def start(
     name: str | None = None,
     progress: Progress | None = None,
     wait: records.HostWait | None = None,
+    host: HostOptions | None = None,
 ) -> Report:
     """Validate everything, create the session, run it. Bad input stores nothing."""
-    experiment = load_experiment(experiment_path)
+    host = host or HostOptions()
+    experiment = host.apply(load_experiment(experiment_path))
     endpoints = resolve_endpoints(good, bad, experiment)
     params: dict[str, Any] = {
         "threshold": options.threshold,
@@ -98,6 +149,7 @@ def start(
         # Log directories are keyed by this, not by the per-database session number: two
         # databases (the demo's and the default) both have a session 1.
         "log_key": uuid.uuid4().hex[:12],
+        "host_options": host.as_json(),
     }
     session_id = records.claim_new_session(
         store,
@@ -123,9 +175,11 @@ def start(
     )
 
 
-def dry_run(*, experiment_path: Path, good: str, bad: str) -> dict[str, Any]:
+def dry_run(
+    *, experiment_path: Path, good: str, bad: str, host: HostOptions | None = None
+) -> dict[str, Any]:
     """What the first launch would run on the host (checks everything, stores nothing)."""
-    experiment = load_experiment(experiment_path)
+    experiment = (host or HostOptions()).apply(load_experiment(experiment_path))
     endpoints = resolve_endpoints(good, bad, experiment)
     target = make_target(experiment, cache_dir())
     try:
@@ -147,8 +201,21 @@ def resume(
     wait: records.HostWait | None = None,
 ) -> Report:
     row = find_session(store, ref)
+    if row.status == records.RESET:
+        raise StoreError(
+            f"session {row.id} was reset (ended for good) at {row.updated_at:%Y-%m-%d %H:%M}Z; "
+            "a reset cannot be undone: start a new session with `bisect start` (the reset "
+            "session's search launches may be reused by it)"
+        )
+    if row.status == records.FINISHED:
+        raise StoreError(
+            f"session {row.id} is finished; see "
+            f"`{command_line('bisect', 'report', str(row.id), db_url=store.url)}`"
+        )
     records.claim_existing_session(store, row.id, wait)
-    experiment = load_experiment(row.experiment_path)
+    experiment = HostOptions.from_json(row.params.get("host_options")).apply(
+        load_experiment(row.experiment_path)
+    )
     if _digest(experiment.text) != row.params.get("experiment_sha256"):
         raise ExperimentError(
             f"{experiment.path}: the experiment file changed since session {row.id} started; "
@@ -264,8 +331,11 @@ def _drive(
     log_key: str | None,
 ) -> Report:
     log_root = session_log_root(session_id, log_key)
+    progress = StopWhenNothingMatches(progress, experiment)
     driver = _Driver(store, session_id, experiment, options, progress, log_root)
-    progress.started(session_id, len(path), expected_steps(len(path)))
+    # The session's own time so far (earlier runs of a resumed session), for its elapsed time.
+    spent = stage_seconds(session_launches(store, session_id))
+    progress.started(session_id, len(path), expected_steps(len(path), plans), spent)
     baseline = experiment.target.kind == "sglang" and bool(
         experiment.target.options.get("baseline")
     )
@@ -278,9 +348,12 @@ def _drive(
         driver.close()
         records.set_session_status(store, session_id, records.INTERRUPTED)
         raise Interrupted(
-            f"interrupted; the session is saved: `perfbisect bisect resume "
-            f"{session_id}` continues it"
+            f"interrupted; the session is saved: `{resume_command(store, session_id)}` continues it"
         ) from None
+    except MetricMatchedNothing:
+        driver.close()  # nothing to resume: the experiment file must change first
+        records.set_session_status(store, session_id, records.FAILED)
+        raise
     except BaseException:
         driver.close()
         records.set_session_status(store, session_id, records.INTERRUPTED)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from perfbisect.cli.context import ctx_store, emit_json
+from perfbisect.cli.context import ctx_store, emit_json, output_file, write_output
 
 if TYPE_CHECKING:
     from perfbisect.bisect.report_model import Report
@@ -41,11 +41,11 @@ def _host_wait(no_wait: bool) -> Any:
     return HostWait(wait=not no_wait, on_wait=say)
 
 
-def _finish(report: Report, as_json: bool, plot: str | None = None) -> None:
+def _finish(report: Report, as_json: bool, plot: Path | None = None) -> None:
     from perfbisect.cli.plot import write_plot
     from perfbisect.cli.render import render_report
 
-    if plot:
+    if plot is not None:
         write_plot(report, plot)
     if as_json:
         emit_json(report.to_json())
@@ -69,17 +69,27 @@ def _run(as_json: bool, call: Callable[[Any], Report]) -> Report:
 def start(
     ctx: typer.Context,
     good: str = typer.Option(
-        ..., "--good", help="Good configuration: 'v1.2' or 'commit=v1.2,flag=a'."
+        ...,
+        "--good",
+        metavar="<spec>",
+        help="Good configuration: 'v1.2' or 'commit=v1.2,flag=a'.",
     ),
-    bad: str = typer.Option(..., "--bad", help="Bad configuration, same syntax."),
-    config: Path = typer.Option(Path("perfbisect.toml"), "-c", "--config", help="Experiment file."),
+    bad: str = typer.Option(..., "--bad", metavar="<spec>", help="Bad configuration, same syntax."),
+    config: Path = typer.Option(
+        Path("perfbisect.toml"), "-c", "--config", metavar="<file>", help="Experiment file."
+    ),
     threshold_ms: float | None = typer.Option(
-        None, "--threshold-ms", help="Fixed threshold (default: midpoint of endpoints)."
+        None,
+        "--threshold-ms",
+        metavar="<ms>",
+        help="Fixed threshold, above 0 (default: the endpoints' geometric midpoint).",
     ),
     min_launches: int = typer.Option(
-        1, "--min-launches", min=1, help="Launches per point to start with."
+        1, "--min-launches", min=1, metavar="<n>", help="Launches per point to start with."
     ),
-    max_launches: int = typer.Option(5, "--max-launches", min=1, help="Most launches per point."),
+    max_launches: int = typer.Option(
+        5, "--max-launches", min=1, metavar="<n>", help="Most launches per point."
+    ),
     all_steps: bool = typer.Option(
         False,
         "--all-steps",
@@ -92,37 +102,61 @@ def start(
         help="Launch everything anew: no search launch reused from earlier sessions of this "
         "experiment on this host (default: reused when at most 7 days old).",
     ),
-    name: str | None = typer.Option(None, "--name", help="A name for the session."),
+    name: str | None = typer.Option(
+        None, "--name", metavar="<name>", help="A name for the session."
+    ),
     slots: int | None = typer.Option(
         None,
         "--slots",
         min=1,
+        metavar="<n>",
         help="Launches at once (default: [executor] slots): the search proposes that many "
         "points per round (k-ary search).",
     ),
     no_wait: bool = NO_WAIT,
+    ssh_config: str | None = typer.Option(
+        None,
+        "--ssh-config",
+        metavar="<file>",
+        help="ssh config file for the hosts instead of ~/.ssh/config (overrides [host] "
+        "ssh_config).",
+    ),
+    accept_new_host_key: bool = typer.Option(
+        False,
+        "--accept-new-host-key",
+        help="Trust (and save) a host's unknown key, saying so (as [host] accept_new_host_key "
+        "= true); a changed key is always refused.",
+    ),
     as_json: bool = JSON,
-    plot: str | None = typer.Option(None, "--plot", help="Also write a PNG plot here."),
+    plot: Path | None = typer.Option(
+        None, "--plot", metavar="<file.png>", help="Also write a PNG plot here."
+    ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print what the first launch would run on the host; run nothing."
     ),
 ) -> None:
     """Reproduce the endpoints, bisect between them, verify the culprit."""
+    from perfbisect.bisect.session import HostOptions
+    from perfbisect.errors import UsageError
+
+    if threshold_ms is not None and not threshold_ms > 0:
+        raise UsageError(f"--threshold-ms {threshold_ms:g}: must be above 0 ms")
+    host = HostOptions(ssh_config, accept_new_host_key)
     if dry_run:
         from perfbisect.bisect.session import dry_run as plan
         from perfbisect.cli.render import render_dry_run
 
-        result = plan(experiment_path=config, good=good, bad=bad)
+        result = plan(experiment_path=config, good=good, bad=bad, host=host)
         emit_json(result) if as_json else render_dry_run(result)
         return
     from perfbisect.bisect.session import SearchOptions
     from perfbisect.bisect.session import start as start_session
-    from perfbisect.errors import UsageError
 
     if max_launches < min_launches:
         raise UsageError(
             f"--max-launches ({max_launches}) is below --min-launches ({min_launches})"
         )
+    plot = output_file(plot, "--plot")  # checked before the session, not after its hours
     store = ctx_store(ctx)
     report = _run(
         as_json,
@@ -142,6 +176,7 @@ def start(
             name=name,
             progress=progress,
             wait=_host_wait(no_wait),
+            host=host,
         ),
     )
     _finish(report, as_json, plot)
@@ -154,10 +189,11 @@ def resume(
     no_wait: bool = NO_WAIT,
     as_json: bool = JSON,
 ) -> None:
-    """Continue an interrupted session without re-measuring finished steps."""
+    """Continue an interrupted session without re-measuring finished steps (not a finished
+    or a reset one)."""
     from perfbisect.bisect.session import resume as resume_session
 
-    store = ctx_store(ctx)
+    store = ctx_store(ctx, create=False)
     wait = _host_wait(no_wait)
     _finish(_run(as_json, lambda progress: resume_session(store, session, progress, wait)), as_json)
 
@@ -165,14 +201,17 @@ def resume(
 @app.command()
 def status(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JSON) -> None:
     """Where a session stands: whose it is, its status, launches and time, each verdict."""
+    from perfbisect.bisect.session import resume_command
     from perfbisect.bisect.status import session_status
     from perfbisect.cli.render import render_status
 
-    data = session_status(ctx_store(ctx), session)
+    store = ctx_store(ctx, create=False)
+    data = session_status(store, session)
     if as_json:
         emit_json(data)
         return
-    render_status(data)
+    resume = resume_command(store, data["session"]) if data["status"] == "interrupted" else None
+    render_status(data, resume)
 
 
 @app.command()
@@ -182,7 +221,7 @@ def log(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JSON)
     from perfbisect.bisect.status import session_log
     from perfbisect.cli.render import render_log
 
-    session_id, entries = session_log(ctx_store(ctx), session)
+    session_id, entries = session_log(ctx_store(ctx, create=False), session)
     if as_json:
         emit_json(entries)
         return
@@ -194,32 +233,42 @@ def report(
     ctx: typer.Context,
     session: str | None = SESSION,
     as_json: bool = JSON,
-    plot: str | None = typer.Option(None, "--plot", help="Write a PNG plot here."),
+    plot: Path | None = typer.Option(
+        None, "--plot", metavar="<file.png>", help="Write a PNG plot here."
+    ),
     html: Path | None = typer.Option(
-        None, "--html", help="Also write a self-contained HTML report here (no network needed)."
+        None,
+        "--html",
+        metavar="<file.html>",
+        help="Also write a self-contained HTML report here (no network needed).",
     ),
 ) -> None:
     """The report of a session: the final one of a finished session, else a provisional one
     (what its launches show so far; exit code 5)."""
     from perfbisect.bisect.status import session_report
+    from perfbisect.errors import StoreError
     from perfbisect.store.history import find_session
 
-    row = find_session(ctx_store(ctx), session)
+    html, plot = output_file(html, "--html"), output_file(plot, "--plot")
+    store = ctx_store(ctx, create=False)
+    row = find_session(store, session)
     if html is not None:
         from perfbisect.html_report import session_html
 
-        html.write_text(session_html(ctx_store(ctx), str(row.id)))
-        typer.echo(f"wrote {html}", err=True)
-    _finish(session_report(ctx_store(ctx), row), as_json, plot)
+        write_output(html, session_html(store, str(row.id)), "--html")
+    if row.result is None and row.status == "reset":
+        raise StoreError(f"session {row.id} was reset before it finished: it has no report")
+    _finish(session_report(store, row), as_json, plot)
 
 
 @app.command()
 def reset(ctx: typer.Context, session: str | None = SESSION) -> None:
-    """End a session for good; its measurements stay in the history."""
+    """End a session for good: `bisect resume` refuses it afterwards (start a new one). Its
+    measurements stay in the history."""
     from perfbisect.store.history import find_session
     from perfbisect.store.records import reset_session
 
-    store = ctx_store(ctx)
+    store = ctx_store(ctx, create=False)
     row = find_session(store, session)
     reset_session(store, row.id)
-    typer.echo(f"session {row.id} reset")
+    typer.echo(f"session {row.id} reset: ended for good (`bisect resume` refuses it)")

@@ -45,7 +45,7 @@ def list_command(as_json: bool = typer.Option(False, "--json", help="Print JSON.
                 e.kind,
                 _human(e.bytes),
                 e.items,
-                time.strftime("%Y-%m-%d %H:%M", time.localtime(e.newest)) if e.newest else "-",
+                time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(e.newest)) if e.newest else "-",
                 e.path,
                 e.what,
             )
@@ -57,11 +57,15 @@ def list_command(as_json: bool = typer.Option(False, "--json", help="Print JSON.
 @app.command("clean")
 def clean_command(
     kinds: list[str] = typer.Argument(
-        None, help="Kinds to remove (default: worktrees). See `perfbisect cache list`."
+        None,
+        help="Kinds to remove (default: worktrees). See `perfbisect cache list`.",
     ),
     all_kinds: bool = typer.Option(False, "--all", help="Every kind."),
     older_than_days: float | None = typer.Option(
-        None, "--older-than-days", help="Only items not used for this many days."
+        None,
+        "--older-than-days",
+        metavar="<days>",
+        help="Only items not used for this many days.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:

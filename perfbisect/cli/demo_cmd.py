@@ -16,18 +16,22 @@ if TYPE_CHECKING:
 def demo(
     ctx: typer.Context,
     directory: Path | None = typer.Option(
-        None, "--dir", help="Where to create it (default: a new temp dir)."
+        None, "--dir", metavar="<dir>", help="Where to create it (default: a new temp dir)."
     ),
     gpu: bool = typer.Option(
         False, "--gpu", help="Run on GPUs: the planted commit takes verify out of CUDA graphs."
     ),
     tp: int | None = typer.Option(
-        None, "--tp", help="Tensor-parallel ranks (default 2; with --gpu, up to 2 GPUs)."
+        None,
+        "--tp",
+        metavar="<ranks>",
+        help="Tensor-parallel ranks (default 2; with --gpu, up to 2 GPUs).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Create a copy of the reference server with ~30 commits and one planted regression,
-    then bisect it (about 2 minutes on 2 CPU cores)."""
+    then bisect it (about a minute on 2 CPU cores, after a one-time build of its
+    environment)."""
     from perfbisect.cli.progress import ConsoleProgress
     from perfbisect.cli.render import render_report
     from perfbisect.demo.run import run_demo

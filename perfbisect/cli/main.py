@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
+import typer.core
+import typer.main
 
-from perfbisect.cli import bisect_cmd, cache_cmd, demo_cmd, probe_cmd, query_cmd, sglang_cmd
+from perfbisect.cli import (
+    bisect_cmd,
+    cache_cmd,
+    completion,
+    demo_cmd,
+    probe_cmd,
+    query_cmd,
+    sglang_cmd,
+)
 from perfbisect.cli.context import Context
 
 app = typer.Typer(
@@ -14,7 +25,7 @@ app = typer.Typer(
     help="Automated, noise-aware performance-regression bisection for LLM serving.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=True,
+    add_completion=False,  # ours (cli/completion.py) take the shell named
     rich_markup_mode=None,  # help texts hold [env], ssh://[user@]host: not markup
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -26,12 +37,38 @@ app.add_typer(sglang_cmd.app, name="sglang")
 app.command("demo")(demo_cmd.demo)
 
 
+def _version_text() -> str:
+    from perfbisect import __version__
+
+    return f"perfbisect {__version__}"
+
+
 def _print_version(value: bool) -> None:
     if value:
-        from perfbisect import __version__
-
-        typer.echo(f"perfbisect {__version__}")
+        typer.echo(_version_text())
         raise typer.Exit()
+
+
+def command() -> typer.core.TyperGroup:
+    """The click command behind `perfbisect`. An argument's help shows its name and text, not
+    the Python type Typer adds (``kinds... <list[str]>``): an argument's type is no metavar
+    that Typer lets a command set."""
+    group = typer.main.get_command(app)
+
+    def visit(cmd: Any) -> None:
+        for param in cmd.params:
+            if isinstance(param, typer.core.TyperArgument):
+                param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
+            elif isinstance(param, typer.core.TyperOption) and not param.is_flag:
+                # An option without a metavar of its own shows its name, not `<list[str]>`.
+                if param.metavar is None and param.name:
+                    param.metavar = f"<{param.name.replace('_', '-')}>"
+        for sub in getattr(cmd, "commands", {}).values():
+            visit(sub)
+
+    visit(group)
+    assert isinstance(group, typer.core.TyperGroup)
+    return group
 
 
 @app.callback()
@@ -41,7 +78,9 @@ def main(
         None,
         "--db",
         envvar="PERFBISECT_DB",
-        help="History database: SQLAlchemy URL or SQLite file (default: user data dir).",
+        metavar="<url|file>",
+        help="History database: SQLAlchemy URL or SQLite file (default: user data dir). "
+        "Before the command: perfbisect --db FILE bisect ...",
     ),
     version: bool = typer.Option(
         False,
@@ -50,16 +89,33 @@ def main(
         callback=_print_version,
         help="Print the version and exit.",
     ),
+    install_completion: str | None = typer.Option(
+        None,
+        "--install-completion",
+        metavar="[SHELL]",
+        is_eager=True,
+        expose_value=False,
+        callback=completion.install_completion,
+        help="Install completion for this shell: bash, zsh, fish or powershell "
+        "(default: the current shell).",
+    ),
+    show_completion: str | None = typer.Option(
+        None,
+        "--show-completion",
+        metavar="[SHELL]",
+        is_eager=True,
+        expose_value=False,
+        callback=completion.show_completion,
+        help="Print the completion script for this shell (default: the current shell).",
+    ),
 ) -> None:
     ctx.obj = Context(db_url=db)
 
 
 @app.command()
 def version() -> None:
-    """Print the version."""
-    from perfbisect import __version__
-
-    typer.echo(__version__)
+    """Print the version (as --version does)."""
+    typer.echo(_version_text())
 
 
 def run() -> None:
@@ -67,9 +123,15 @@ def run() -> None:
     from perfbisect.errors import PerfbisectError
 
     as_json = "--json" in sys.argv[1:]
+    misplaced = _global_option_after_command(sys.argv[1:])
+    if misplaced:
+        _fail(misplaced, 2, "UsageError", as_json)
+    from typer._completion_classes import completion_init
+
+    completion_init()  # the shells' completion requests (_PERFBISECT_COMPLETE) as Typer's
     interrupts.install()
     try:
-        app()
+        command()(args=completion.completion_args(sys.argv[1:]), prog_name="perfbisect")
     except PerfbisectError as exc:
         message = str(exc).replace("\n", " | ") if exc.exit_code != 130 else str(exc)
         _fail(message, exc.exit_code, type(exc).__name__, as_json)
@@ -77,10 +139,32 @@ def run() -> None:
         _fail("interrupted", 130, "Interrupted", as_json)
 
 
+def _global_option_after_command(args: list[str]) -> str | None:
+    """``--db`` given after the command (``perfbisect bisect status --db x.db``): what to say,
+    with the command line that works. Click would only say "No such option: --db"."""
+    command_at = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
+    if command_at is None or (command_at > 0 and args[command_at - 1] == "--db"):
+        return None  # `--db X` before the command: X is no command
+    for i, arg in enumerate(args[command_at:], start=command_at):
+        if arg == "--":
+            return None
+        if arg == "--db" or arg.startswith("--db="):
+            taken = args[i : i + 2] if arg == "--db" else [arg]
+            rest = args[:i] + args[i + len(taken) :]
+            import shlex
+
+            from perfbisect.invocation import executable  # the store's URL code: only here
+
+            fixed = shlex.join([*executable(), *taken, *rest])
+            return f"--db is an option of perfbisect itself: give it before the command: {fixed}"
+    return None
+
+
 def _fail(message: str, code: int, kind: str, as_json: bool) -> None:
     """One line on stderr; with --json also one JSON object on stdout, so that a script that
-    reads stdout always gets something it can parse."""
-    print(f"perfbisect: error: {message}", file=sys.stderr)
+    reads stdout always gets something it can parse. Ctrl-C is no error: said as what it is."""
+    prefix = "perfbisect: " if code == 130 else "perfbisect: error: "
+    print(f"{prefix}{message}", file=sys.stderr)
     if as_json:
         import json
 

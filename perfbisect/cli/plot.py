@@ -3,6 +3,8 @@ colour (a legend entry for every verdict present), the threshold, the named culp
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from perfbisect.bisect.report_model import Report
 from perfbisect.errors import UsageError
 
@@ -15,7 +17,7 @@ COLOURS = {
 }
 
 
-def write_plot(report: Report, path: str) -> None:
+def write_plot(report: Report, path: Path) -> None:
     try:
         import matplotlib
 
@@ -67,5 +69,9 @@ def write_plot(report: Report, path: str) -> None:
     ax.set_title(f"perfbisect session {report.session}: {report.status.value}")
     ax.legend(loc="best")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as exc:
+        raise UsageError(f"--plot {path}: cannot write: {exc.strerror}") from None
+    finally:
+        plt.close(fig)

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from perfbisect.cli.context import ctx_store, emit_json
+from perfbisect.cli.context import ctx_store, emit_json, output_file, write_output
 
 app = typer.Typer(
     rich_markup_mode=None,  # help texts hold [env], ssh://[user@]host: not markup
@@ -38,30 +38,47 @@ def _since(text: str | None, option: str = "--since") -> datetime | None:
 def history_cmd(
     ctx: typer.Context,
     config: str | None = typer.Option(
-        None, "--config", help="Filter: axis=value pairs (commit prefix ok)."
+        None,
+        "--config",
+        metavar="<axis=value,...>",
+        help="Filter: axis=value pairs (commit prefix ok).",
     ),
-    metric: str | None = typer.Option(None, "--metric", help="Filter by metric name."),
-    since: str | None = typer.Option(None, "--since", help="Only launches since this date."),
-    until: str | None = typer.Option(None, "--until", help="Only launches until this date."),
+    metric: str | None = typer.Option(
+        None, "--metric", metavar="<name>", help="Filter by metric name."
+    ),
+    since: str | None = typer.Option(
+        None, "--since", metavar="<date>", help="Only launches since this date (UTC)."
+    ),
+    until: str | None = typer.Option(
+        None, "--until", metavar="<date>", help="Only launches until this date (UTC)."
+    ),
     limit: int = typer.Option(
-        200, "--limit", min=0, help="Only the newest N launches (0: all of them)."
+        200, "--limit", min=0, metavar="<n>", help="Only the newest N launches (0: all of them)."
     ),
     as_json: bool = JSON,
     full_hashes: bool = FULL_HASHES,
 ) -> None:
     """The stored launches matching the filters (the newest --limit of them), oldest first."""
     from perfbisect.cli.render import render_rows
-    from perfbisect.config import parse_spec
-    from perfbisect.errors import lead_with_error
+    from perfbisect.config import BUILTIN_AXES, parse_spec
+    from perfbisect.errors import UsageError, lead_with_error
     from perfbisect.formatting import cfg, num, stage_times
-    from perfbisect.store.history import history
+    from perfbisect.store.history import history, known_axes
 
+    store = ctx_store(ctx, create=False)
     axes = parse_spec(config) if config else None
+    if axes:
+        known = known_axes(store) | set(BUILTIN_AXES)
+        unknown = sorted(set(axes) - known)
+        if unknown:  # a misspelt axis would match nothing: an empty table that looks like news
+            raise UsageError(
+                f"--config: unknown axis {unknown[0]!r} (known: {', '.join(sorted(known))})"
+            )
     end = _since(until, "--until")
     if end is not None and until is not None and len(until) == 10:  # a date: the whole day
         end += timedelta(days=1, microseconds=-1)
     views = history(
-        ctx_store(ctx),
+        store,
         axes=axes,
         metric=metric,
         since=_since(since, "--since"),
@@ -77,7 +94,7 @@ def history_cmd(
         [
             (
                 v.id,
-                v.started_at.isoformat(sep=" ", timespec="seconds"),  # wraps at the space
+                v.started_at.isoformat(sep=" ", timespec="seconds") + "Z",  # wraps at the space
                 v.session_id,
                 cfg(v.axes),
                 v.metric,
@@ -101,7 +118,7 @@ def sessions(ctx: typer.Context, as_json: bool = JSON, full_hashes: bool = FULL_
     from perfbisect.formatting import cfg
     from perfbisect.store.history import list_sessions
 
-    rows = list_sessions(ctx_store(ctx))
+    rows = list_sessions(ctx_store(ctx, create=False))
     data: list[dict[str, Any]] = []
     for row in rows:
         culprit = (row.result or {}).get("culprit") or {}
@@ -127,7 +144,7 @@ def sessions(ctx: typer.Context, as_json: bool = JSON, full_hashes: bool = FULL_
             (
                 d["session"],
                 d["name"],
-                d["created_at"][:19],
+                d["created_at"][:19] + "Z",
                 d["status"],
                 d["outcome"],
                 cfg(d["first_bad"] or {}),
@@ -156,9 +173,12 @@ def show(
     as_json: bool = JSON,
 ) -> None:
     """One launch: its samples' statistics, timings, log location and environment snapshot."""
+    import json
+
+    from perfbisect.formatting import cfg, stage_times
     from perfbisect.store.history import flatten
 
-    data = _launch_summary(ctx_store(ctx), launch_id)
+    data = _launch_summary(ctx_store(ctx, create=False), launch_id)
     if as_json:
         emit_json(data)
         return
@@ -167,7 +187,7 @@ def show(
         f"launch {launch['id']} (session {launch['session']}, {launch['purpose']}) "
         f"{launch['started_at']}"
     )
-    typer.echo(f"config: {launch['config']}")
+    typer.echo(f"config: {cfg(launch['config'])}")
     typer.echo(
         f"status: {launch['status']}"
         + (f" ({launch['stage']}: {launch['reason']})" if launch["status"] != "ok" else "")
@@ -179,31 +199,37 @@ def show(
         )
         for flag in stats["flags"]:
             typer.echo(f"warning: {flag}")
-    typer.echo(f"timings: {launch['timings']}")
+    typer.echo(f"timings: {stage_times(launch['timings'] or {})}")
     typer.echo(f"log: {launch['log']}")
     for key, value in flatten(data["snapshot"]).items():
-        typer.echo(f"  {key} = {value}")
+        # JSON for what is not text (lists, None, booleans), never a Python repr
+        shown = value if isinstance(value, str) else json.dumps(value, default=str)
+        typer.echo(f"  {key} = {shown}")
 
 
 @app.command()
 def compare(
     ctx: typer.Context,
-    launch_a: int = typer.Argument(...),
-    launch_b: int = typer.Argument(...),
+    launch_a: int = typer.Argument(..., help="The first launch's id (see history): a."),
+    launch_b: int = typer.Argument(
+        ..., help="The second launch's id: b, compared with a (ratio b/a)."
+    ),
     as_json: bool = JSON,
-    html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML page."),
+    html: Path | None = typer.Option(
+        None, "--html", metavar="<file.html>", help="Also write a self-contained HTML page."
+    ),
     full_hashes: bool = FULL_HASHES,
 ) -> None:
     """Two launches side by side, and the differences of their environment snapshots."""
     from perfbisect.cli.render import render_rows
     from perfbisect.store.history import diff_snapshots
 
-    store = ctx_store(ctx)
+    html = output_file(html, "--html")
+    store = ctx_store(ctx, create=False)
     if html is not None:
         from perfbisect.html_report import compare_html
 
-        html.write_text(compare_html(store, launch_a, launch_b))
-        typer.echo(f"wrote {html}", err=True)
+        write_output(html, compare_html(store, launch_a, launch_b), "--html")
     a, b = _launch_summary(store, launch_a), _launch_summary(store, launch_b)
     env = [{"key": k, "a": x, "b": y} for k, x, y in diff_snapshots(a["snapshot"], b["snapshot"])]
     keys = ["n", "median", "p10", "p90", "min", "max"]

@@ -341,16 +341,17 @@ def render_dry_run(result: dict[str, Any], out: Console | None = None) -> None:
             out.print(f"[cyan]{stage}:[/] {escape(str(line))}")
 
 
-def render_status(data: dict[str, Any]) -> None:
+def render_status(data: dict[str, Any], resume: str | None = None) -> None:
     """`bisect status`: whose session, where it stands, the culprit once found (provisional
-    while the session has not finished), and the report's row per configuration."""
+    while the session has not finished), and the report's row per configuration; ``resume``:
+    the command that continues an interrupted session."""
     out = console()
     name = f" ({data['name']})" if data["name"] else ""
     outcome = f" -> {data['outcome']}" if data["outcome"] else ""
     owner = data["owner"]
     out.print(
         f"session {data['session']}{escape(name)}: {data['status']}{outcome}; started "
-        f"{data['created_at'][:19]} by "
+        f"{data['created_at'][:19]}Z by "
         + (f"{escape(str(owner['user']))}, " if owner.get("user") else "")
         + f"pid {owner['pid']} on {escape(str(owner['host']))}; "
         f"{counted(data['launches'], 'launch')} ({data['failed_launches']} failed), "
@@ -360,6 +361,8 @@ def render_status(data: dict[str, Any]) -> None:
     )
     if data["message"]:
         out.print(escape(data["message"]), soft_wrap=True)
+    if resume:
+        out.print(f"`{escape(resume)}` continues it", soft_wrap=True)
     culprit = data["culprit"]
     if culprit:
         label = "provisional culprit" if data["provisional"] else "culprit"

@@ -4,7 +4,6 @@ its own history (or the one ``--db`` names). The CLI renders what this returns."
 from __future__ import annotations
 
 import dataclasses
-import shlex
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from perfbisect.bisect.session import Progress, SearchOptions, start
 from perfbisect.demo.builder import DemoRepo, create_demo
 from perfbisect.errors import UsageError
 from perfbisect.hosts.local import LocalHost
+from perfbisect.invocation import command_line
 from perfbisect.probes.hardware import hardware_snapshot
 from perfbisect.store.database import open_store
 
@@ -61,11 +61,11 @@ def run_demo(
         progress=progress,
     )
     named = report.culprit is not None and report.culprit.first_bad.get("commit") == made.planted
-    db = shlex.quote(url)
-    next_steps = (
-        f"perfbisect --db {db} bisect report {report.session} --plot demo.png",
-        f"perfbisect --db {db} bisect log {report.session}",
-        f"perfbisect --db {db} query history",
+    session = str(report.session)
+    next_steps = (  # as they run when pasted: this executable, this history
+        command_line("bisect", "report", session, "--plot", "demo.png", db_url=url),
+        command_line("bisect", "log", session, db_url=url),
+        command_line("query", "history", db_url=url),
     )
     demo = {
         "dir": str(made.root),

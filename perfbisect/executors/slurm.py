@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from perfbisect.config import Configuration
-from perfbisect.errors import StepFailed
-from perfbisect.experiment import ExecutorSettings, Experiment, load_experiment
+from perfbisect.errors import ExperimentError, StepFailed
+from perfbisect.experiment import SUBMITIT_MISSING, ExecutorSettings, Experiment, load_experiment
 from perfbisect.targets.base import Measurement
 
 POLL_S = 1.0
@@ -82,7 +82,12 @@ class SlurmTarget:
     """A Target whose launches are Slurm jobs."""
 
     def __init__(self, experiment: Experiment, cache_dir: Path) -> None:
-        import submitit
+        try:
+            import submitit
+        except ImportError:  # the experiment's check found it, but it does not import
+            raise ExperimentError(
+                f"{experiment.path}: key 'executor.kind': {SUBMITIT_MISSING}"
+            ) from None
 
         self.experiment = experiment
         options = dict(experiment.executor.slurm)

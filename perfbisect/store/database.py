@@ -13,7 +13,7 @@ from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from perfbisect.errors import StoreError
+from perfbisect.errors import DatabaseMissing, StoreError
 
 ENV_VAR = "PERFBISECT_DB"
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -55,9 +55,14 @@ def _on_connect(dbapi_connection: Any, _record: Any) -> None:
 class Store:
     """An open, migrated database. Use ``transaction()`` for every unit of work."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, create: bool = True) -> None:
         self.url = normalise_url(url)
         path = _sqlite_path(self.url)
+        if path is not None and not create and not path.exists():
+            raise DatabaseMissing(
+                f"database {path} does not exist (check --db or ${ENV_VAR}; "
+                "`perfbisect bisect start` creates it)"
+            )
         if path is not None:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -71,8 +76,12 @@ class Store:
                 raise StoreError(f"database directory {path.parent} is not writable")
         try:
             self.engine: Engine = create_engine(self.url)
-        except (SQLAlchemyError, ImportError) as exc:
-            raise StoreError(f"cannot open database {self.url}: {exc}") from None
+        except ImportError as exc:
+            raise StoreError(
+                f"cannot open database {_shown(self.url)}: {_missing_driver(exc)}"
+            ) from None
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot open database {_shown(self.url)}: {exc}") from None
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _on_connect)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
@@ -86,7 +95,7 @@ class Store:
             with self.engine.begin() as conn:
                 current = self._current_revision(conn)
         except OperationalError as exc:
-            raise StoreError(f"cannot open database {self.url}: {exc.orig}") from None
+            raise StoreError(f"cannot open database {_shown(self.url)}: {exc.orig}") from None
         if current is not None and current == head and current in known:
             return
         self._upgrade()
@@ -105,7 +114,7 @@ class Store:
                 current = self._current_revision(conn)
                 if current is not None and current not in known:
                     raise StoreError(
-                        f"database {self.url} was written by a newer perfbisect (schema "
+                        f"database {_shown(self.url)} was written by a newer perfbisect (schema "
                         f"revision {current}; this version knows up to {head}): upgrade perfbisect"
                     )
                 if current == head:
@@ -115,7 +124,7 @@ class Store:
                 config.attributes["connection"] = conn
                 command.upgrade(config, "head")
         except OperationalError as exc:
-            raise StoreError(f"cannot open database {self.url}: {exc.orig}") from None
+            raise StoreError(f"cannot open database {_shown(self.url)}: {exc.orig}") from None
 
     @staticmethod
     def _current_revision(conn: Any) -> str | None:
@@ -159,5 +168,29 @@ def _revisions() -> tuple[set[str], str | None]:
     return set(revisions), heads[0] if len(heads) == 1 else None
 
 
-def open_store(url: str | None = None) -> Store:
-    return Store(url or default_url())
+def _shown(url: str) -> str:
+    """A URL as it may be printed: without its password."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except SQLAlchemyError:
+        return url
+
+
+# The database drivers an extra of perfbisect installs: which one to name when one is missing.
+DRIVER_EXTRAS = {"psycopg": "postgres", "psycopg2": "postgres"}
+
+
+def _missing_driver(exc: ImportError) -> str:
+    module = (exc.name or "").split(".")[0]
+    extra = DRIVER_EXTRAS.get(module)
+    if extra is None:
+        return f"{exc} (install the database driver this URL names)"
+    return f"its driver {module} is not installed: pip install 'perfbisect[{extra}]'"
+
+
+def open_store(url: str | None = None, create: bool = True) -> Store:
+    """The history at ``url`` (default: ``$PERFBISECT_DB`` or the user's data directory).
+    ``create=False`` refuses an SQLite file that does not exist instead of creating it."""
+    return Store(url or default_url(), create=create)

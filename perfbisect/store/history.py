@@ -12,6 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from perfbisect.errors import SessionNotFound, StoreError
+from perfbisect.invocation import command_line
 from perfbisect.store.database import Store
 from perfbisect.store.models import (
     ConfigurationRow,
@@ -135,7 +136,8 @@ def find_session(store: Store, ref: str | None) -> SessionRow:
             row = db.scalars(select(SessionRow).where(SessionRow.name == ref)).first()
         if row is None:
             raise SessionNotFound(
-                f"no session with id or name {ref!r} (see `perfbisect query sessions`)"
+                f"no session with id or name {ref!r} "
+                f"(see `{command_line('query', 'sessions', db_url=store.url)}`)"
             )
         return row
 
@@ -213,7 +215,10 @@ def launch_with_samples(
     with store.transaction() as db:
         launch = db.get(Launch, launch_id)
         if launch is None:
-            raise StoreError(f"no launch with id {launch_id} (see `perfbisect query history`)")
+            raise StoreError(
+                f"no launch with id {launch_id} "
+                f"(see `{command_line('query', 'history', db_url=store.url)}`)"
+            )
         view = _view(launch)
         samples = list(
             db.scalars(
@@ -333,3 +338,9 @@ def diff_snapshots(
         for k in keys
         if fa.get(k) != fb.get(k) and not any(k.endswith(i) or k.startswith(i) for i in ignore)
     ]
+
+
+def known_axes(store: Store) -> set[str]:
+    """Every axis a stored configuration has: what a history filter can name."""
+    with store.transaction() as db:
+        return {k for axes in db.scalars(select(ConfigurationRow.axes)) for k in (axes or {})}

@@ -29,7 +29,7 @@ from perfbisect.config import (
     PATCHES_AXIS,
     Configuration,
 )
-from perfbisect.errors import StepFailed
+from perfbisect.errors import NO_SAMPLES, StepFailed
 from perfbisect.experiment import Experiment
 from perfbisect.hosts.base import Host, HostProcess
 from perfbisect.hosts.registry import open_experiment_host
@@ -201,6 +201,20 @@ class CommandTarget:
         plan = self._plan()
         return self._run_build(worktree, values, env, log_dir), plan
 
+    def _builds(self) -> bool:
+        """Whether a launch has a build stage: a ``build`` command (targets that install or
+        prepare something in their build say so)."""
+        return bool(self.options.get("build"))
+
+    def _timed_out(self, tail: str) -> str:
+        """A stage that ran past ``timeout_s``: the limit, how to raise it, the output tail."""
+        limit = self.experiment.timeout_s
+        where = "" if not tail else f"; output tail: {tail}"
+        return (
+            f"timed out after {limit:.0f}s (the per-stage limit: raise [target] timeout_s "
+            f"in {self.experiment.path.name} if this stage needs longer){where}"
+        )
+
     def _run_build(
         self, worktree: str, values: Mapping[str, str], env: Mapping[str, str], log_dir: Path
     ) -> BuildInfo:
@@ -234,7 +248,7 @@ class CommandTarget:
             record = {"command": argv_text, "status": status, "log_tail": tail}
             self.host.write_file(marker, json.dumps(record).encode())
         if result.timed_out:
-            raise StepFailed("build", f"timed out after {self.experiment.timeout_s:.0f}s: {tail}")
+            raise StepFailed("build", self._timed_out(tail))
         if not ok:
             raise StepFailed("build", f"exit {result.returncode}: {tail}")
         return BuildInfo("ok", False, result.duration_s, tail)
@@ -346,6 +360,7 @@ class CommandTarget:
                 )
             )
         stage("checkout")
+        t_checkout = time.monotonic()
         worktree = self._worktree(config)
         port = self._free_port()
         values = self._values(config, worktree, port)
@@ -357,13 +372,16 @@ class CommandTarget:
             delivery = nccl.delivery(library, shadow, pythonpath)
         # Build and measure do not get the NCCL library: only the served processes run NCCL.
         env = {**self._plain_env(values), **self.experiment.env}
-        timings: dict[str, float] = {}
-        stage("build")
+        # The checkout's time counts in the session's time spent, as the other stages' do.
+        timings: dict[str, float] = {"checkout_s": time.monotonic() - t_checkout}
+        if self._builds():  # a stage the user did not configure is not shown as one
+            stage("build")
         t_build = time.monotonic()
         build, plan = self._build(config, worktree, values, env, logs)
         # The stage's wall time: a cached or "installed" build still spends it (checking the
         # environment, installing the verify timer, preparing a proxy's model folder).
-        timings["build_s"] = max(build.duration_s, time.monotonic() - t_build)
+        if self._builds():
+            timings["build_s"] = max(build.duration_s, time.monotonic() - t_build)
         snapshot = hardware_snapshot(self.host)
         gpu_before = gpu_memory_used(snapshot)
 
@@ -397,16 +415,14 @@ class CommandTarget:
             timings["measure_s"] = result.duration_s
             tail = redact_text(result.tail(10), env)
             if result.timed_out:
-                raise StepFailed(
-                    "measure", f"timed out after {self.experiment.timeout_s:.0f}s: {tail}"
-                )
+                raise StepFailed("measure", self._timed_out(tail))
             if result.returncode != 0:
                 raise StepFailed("measure", f"exit {result.returncode}: {tail}")
             samples, flags = self._samples(result.output, config)
             if not samples:
                 raise StepFailed(
                     "measure",
-                    f"no samples: {self._sample_source(config)} matched nothing; output tail: "
+                    f"{NO_SAMPLES}{self._sample_source(config)} matched nothing; output tail: "
                     f"{tail or '(empty)'}",
                 )
         except BaseException as exc:

@@ -49,6 +49,9 @@ def _died(process: HostProcess, secrets: Mapping[str, str]) -> StepFailed:
     )
 
 
+RAISE_TIMEOUT = "a slow start needs a larger [target] timeout_s"
+
+
 def wait_ready(
     host: Host,
     url: str | None,
@@ -82,7 +85,10 @@ def wait_ready(
     if url.startswith(LOG_PREFIX):
         raise StepFailed(
             "ready",
-            f"the server log did not show {url[len(LOG_PREFIX) :]!r} within {timeout_s:.0f}s; "
-            f"log tail:\n{redact_text(process.log_tail(5), secrets)}",
+            f"the server log did not show {url[len(LOG_PREFIX) :]!r} within {timeout_s:.0f}s "
+            f"({RAISE_TIMEOUT}); log tail:\n{redact_text(process.log_tail(5), secrets)}",
         )
-    raise StepFailed("ready", f"{url} did not answer 200 within {timeout_s:.0f}s (last: {last})")
+    raise StepFailed(
+        "ready",
+        f"{url} did not answer 200 within {timeout_s:.0f}s (last: {last}; {RAISE_TIMEOUT})",
+    )

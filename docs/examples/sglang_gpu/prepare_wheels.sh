@@ -60,12 +60,15 @@ for whl in (out / "full").glob("*.whl"):
                 data = ("\n".join(rows) + "\n").encode()
             z.writestr(info, data)
 PY
+tar -cf "$out/sglang.tar" -C "$out" wheels
+(cd "$out" && split -b 61M -d sglang.tar sglang.part && sha256sum sglang.tar > SHA256SUMS \
+  && ls -la ./*.part* && du -sh wheels)
+[ -n "${SKIP_NCCL:-}" ] && exit 0  # sglang_real/prepare_real.sh: the wheels alone
 # The NCCL library alone, for CUDA 13 (perfbisect's own materialisation code).
 nccl=${NCCL_VERSION:-2.29.7}
 python3 -c "from perfbisect.targets.nccl import materialise; print(materialise('$nccl', 13))" \
   > "$out/nccl_path.txt"
 mkdir -p "$out/nccl-$nccl" && cp "$(cat "$out/nccl_path.txt")" "$out/nccl-$nccl/libnccl.so.2"
-tar -cf "$out/sglang.tar" -C "$out" wheels
 tar -cf "$out/nccl.tar" -C "$out" "nccl-$nccl"
-(cd "$out" && split -b 61M -d sglang.tar sglang.part && split -b 61M -d nccl.tar nccl.part \
-  && sha256sum sglang.tar nccl.tar > SHA256SUMS && ls -la ./*.part* && du -sh wheels)
+(cd "$out" && split -b 61M -d nccl.tar nccl.part && sha256sum sglang.tar nccl.tar > SHA256SUMS \
+  && ls -la ./nccl.part*)

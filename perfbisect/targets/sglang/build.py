@@ -87,7 +87,10 @@ def _make_env(
         raise StepFailed("build", f"wheelhouse {house} is not a folder on {host.address}")
     q = shlex.quote
     pins = f"{env_dir}.{uuid.uuid4().hex}.pins"  # this launch's own: the set's full list
-    host.write_file(pins, ("\n".join(plan.requirements) + "\n").encode())
+    # Only the keyed requirements: an environment keyed by `pins` holds exactly those, the rest
+    # come from the parent interpreter (an offline host whose python already has them); made
+    # from the whole list, a second commit of the same key would run on the first's extras.
+    host.write_file(pins, ("\n".join(plan.keyed_by) + "\n").encode())
     python = f"{env_dir}/bin/python"
     args = " ".join(q(a) for a in (*pip_args, *sources.pip_args()))
     install = f"{q(python)} -m pip install -q {args} -r {q(env_dir)}/{PINS_FILE}"
@@ -99,7 +102,7 @@ def _make_env(
         f"[ -e {q(env_dir)}/{OK_MARKER} ] && exit 0; "
         f"rm -rf {q(env_dir)} && {layered_venv_shell(base_python, env_dir)} >/dev/null && "
         f"mv {q(pins)} {q(env_dir)}/{PINS_FILE} && "
-        f"{install if plan.requirements else 'true'} && touch {q(env_dir)}/{OK_MARKER} && "
+        f"{install if plan.keyed_by else 'true'} && touch {q(env_dir)}/{OK_MARKER} && "
         f"echo {MADE} || {{ rc=$?; rm -rf {q(env_dir)}; exit $rc; }}"
     )
     result = host.run([*_locked(env_dir), "sh", "-c", script], timeout_s=timeout_s)
