@@ -101,7 +101,11 @@ def provisional_report(store: Store, row: SessionRow) -> Report:
     last = engine.bad_end
     pending = engine.next_batch()
     nexts = ", ".join(f"position {r.position} ({r.purpose.value})" for r in pending)
-    resume = f"`{resume_command(store, row.id)}` continues it (these launches are not made again)"
+    resume = (
+        "it was reset and will not finish: `bisect start` begins a new session"
+        if row.status == "reset"
+        else f"`{resume_command(store, row.id)}` continues it (these launches are not made again)"
+    )
     if engine.outcome is not None:
         outcome = engine.outcome
         remaining = (
