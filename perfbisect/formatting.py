@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from perfbisect.bisect.report_model import Interval
+from perfbisect.bisect.report_model import Interval, Step
 
 
 def num(value: float | None) -> str:
@@ -43,6 +43,15 @@ def interval(ms: Interval | None) -> str:
     if ms is None:
         return "-"
     return f"{num(ms.median)} [{num(ms.lo)}, {num(ms.hi)}] n={ms.launches}"
+
+
+def verification_text(step: Step) -> str:
+    """``yes (first bad launched again twice; last good not re-launched: ...)``: whether the
+    step is verified and exactly what its verification launched."""
+    ran = f" ({step.verification})" if step.verification else ""
+    if step.verified:
+        return f"yes{ran}"
+    return f"no: {step.verify_note or 'no reason recorded'}{ran}"
 
 
 def stage_times(timings: Mapping[str, Any]) -> str:

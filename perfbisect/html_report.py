@@ -13,9 +13,16 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from perfbisect.bisect.report_model import Report, Step
-from perfbisect.errors import StoreError
-from perfbisect.formatting import cfg, confidence_text, interval, num, short_hashes, stage_times
+from perfbisect.bisect.report_model import Report, Step, counted
+from perfbisect.formatting import (
+    cfg,
+    confidence_text,
+    interval,
+    num,
+    short_hashes,
+    stage_times,
+    verification_text,
+)
 from perfbisect.html_chart import COLOURS, chart, esc, host_of
 from perfbisect.samples import sample_stats
 from perfbisect.store.database import Store
@@ -120,12 +127,13 @@ def _culprit_html(report: Report) -> str:
         else ""
     )
     eff = c.effect_ms
+    basis = f"; from {esc(c.effect_basis)}" if c.effect_basis else ""
     effect = (
-        f"{eff.delta:+.4g} {esc(report.metric)} (interval {eff.lo:+.4g} .. {eff.hi:+.4g})"
+        f"{eff.delta:+.4g} {esc(report.metric)} (interval {eff.lo:+.4g} .. {eff.hi:+.4g}{basis})"
         if eff
         else "-"
     )
-    verified = "yes" if c.verified else f"no — {esc(c.verify_note or 'no reason recorded')}"
+    verified = esc(verification_text(c))
     confidence = (
         f"<br><b>confidence:</b> {esc(confidence_text(c.confidence))}"
         if c.confidence is not None
@@ -135,7 +143,7 @@ def _culprit_html(report: Report) -> str:
         f"<p><b>culprit ({esc(c.axis)}):</b> <span class='mono'>{esc(cfg(c.first_bad))}</span> "
         f"{esc(interval(c.first_bad_ms))}{commit}<br><b>last good:</b> "
         f"<span class='mono'>{esc(cfg(c.last_good))}</span> {esc(interval(c.last_good_ms))}<br>"
-        f"<b>effect:</b> {effect}; <b>verified</b> with interleaved launches: {verified}"
+        f"<b>effect:</b> {effect}; <b>verified:</b> {verified}"
         f"{confidence}</p>"
     )
 
@@ -149,7 +157,7 @@ def _steps_html(steps: Sequence[Step], unit: str) -> str:
             interval(s.last_good_ms),
             interval(s.first_bad_ms),
             f"{s.effect_ms.delta:+.4g}" if s.effect_ms else "-",
-            "yes" if s.verified else f"no: {s.verify_note or ''}",
+            verification_text(s),
             "yes" if s.crosses_threshold else "",
         )
         for s in steps
@@ -243,13 +251,11 @@ def _edge_launches(
 
 
 def session_html(store: Store, ref: str | None) -> str:
+    from perfbisect.bisect.status import session_report
+
     row = find_session(store, ref)
-    if row.result is None:
-        raise StoreError(
-            f"session {row.id} has no report yet (status {row.status}); "
-            f"`perfbisect bisect resume {row.id}` finishes it"
-        )
-    report = Report.from_json(row.result)
+    # an unfinished session's provisional report, marked as such, rather than nothing
+    report = session_report(store, row)
     launches = session_launches(store, row.id)
     snapshots = session_snapshots(store, row.id)
     unit = report.metric
@@ -258,9 +264,12 @@ def session_html(store: Store, ref: str | None) -> str:
         f"<h1>perfbisect session {report.session}{' (' + esc(row.name) + ')' if row.name else ''}: "
         f"<span class='{esc(status)}'>{esc(status)}</span></h1>",
         f"<p>{esc(report.message)}</p>",
+        f"<p class='provisional'><b>provisional:</b> {esc(report.remaining)}</p>"
+        if report.remaining is not None
+        else "",
         f"<p><b>threshold:</b> {num(report.threshold_ms)} {esc(unit)} "
         f"({'higher' if report.higher_is_better else 'lower'} is better); noise "
-        f"{report.noise_rel_sd:.1%} launch-to-launch; {report.evaluations} configurations judged, "
+        f"{report.noise_rel_sd:.1%} launch-to-launch; {counted(report.evaluations, 'configuration')} judged, "
         f"{report.launches} launches ({report.failed_launches} failed); started "
         f"{esc(row.created_at.isoformat(timespec='seconds'))}Z on {esc(row.owner_host)}</p>",
         _culprit_html(report),
@@ -290,7 +299,7 @@ def session_html(store: Store, ref: str | None) -> str:
                 "configuration",
                 "verdict",
                 f"{unit} median [interval] n",
-                "SKIP reason / failures",
+                "note",
             ],
             [
                 (
@@ -299,12 +308,16 @@ def session_html(store: Store, ref: str | None) -> str:
                     f"<span class='verdict' style='color:{COLOURS[p.verdict.value]}'>"
                     f"{esc(p.verdict.value)}</span>",
                     esc(interval(p.ms)),
-                    esc(p.reason or "; ".join(p.failures)),
+                    esc(p.note),
                 )
                 for p in report.path
             ],
             raw=True,
             kinds=("num", "cfg", "", "num", "text"),
+        ),
+        "".join(
+            f"<p class='note legend-text'><b>{esc(word)}</b>: {esc(meaning)}</p>"
+            for word, meaning in report.legend.items()
         ),
     ]
     fid = report.fidelity

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import EXPERIMENT, Cli, make_repo, value_repo, wait_for_process
+from session_views import same_numbers_in_every_view
 
 # measure.py: prints the commit's value; the commit whose `index` matches `crash.json` fails on
 # the listed launch numbers (counted per worktree), as a server that dies during the workload.
@@ -61,7 +62,9 @@ def start_in_background(cli: Cli, good: str, bad: str) -> subprocess.Popen[str]:
 def check_views(cli: Cli, session: int, code: int = 0) -> dict[str, Any]:
     """report --json, report, status --json, status, log --json agree, for any session."""
     report = cli.json("bisect", "report", str(session), "--json", codes=(code,))
-    assert report["report_version"] == 2
+    assert report["report_version"] == 3
+    # the same numbers per configuration in every view (text, JSON, HTML, status, log)
+    same_numbers_in_every_view(cli, session, cli.cwd, code)
     culprit = report["culprit"]
     if culprit:
         point = next(p for p in report["path"] if p["position"] == culprit["position"])
@@ -110,7 +113,7 @@ def test_flaky_verification_launch_is_retried_and_verified(cli: Cli, tmp_path: P
     assert report["failed_launches"] == 1
     check_views(cli, report["session"])
     text = cli.run("bisect", "report")
-    assert "1 failed launch(es)" in text.stdout
+    assert "1 failed launch, last: measure: RuntimeError" in text.stdout
 
 
 def test_verification_that_cannot_run_is_not_verified_and_says_why(
@@ -127,7 +130,7 @@ def test_verification_that_cannot_run_is_not_verified_and_says_why(
     assert "RuntimeError: server died" in culprit["verify_note"]
     check_views(cli, report["session"])
     text = cli.run("bisect", "report")
-    assert "verified with interleaved launches: no" in text.stdout
+    assert "verified: no: the verification launches of position 6 failed" in text.stdout
 
 
 # A serve script that fails to start (exits before it is ready) on launches from `from` on, at
@@ -229,7 +232,9 @@ for i in range(5):
 """
 
 
-def test_interrupted_session_has_status_and_log_but_no_report_yet(cli: Cli, tmp_path: Path) -> None:
+def test_interrupted_session_has_status_log_and_a_provisional_report(
+    cli: Cli, tmp_path: Path
+) -> None:
     repo = make_repo(
         tmp_path / "repo",
         [{"value": "10", "measure.py": "import time\ntime.sleep(60)\n"}, {"value": "30"}],
@@ -249,7 +254,9 @@ def test_interrupted_session_has_status_and_log_but_no_report_yet(cli: Cli, tmp_
     assert status["status"] == "interrupted" and status["culprit"] is None
     assert cli.run("bisect", "log").returncode == 0
     report = cli.run("bisect", "report")
-    assert report.returncode == 1 and "bisect resume 1" in report.stderr
+    # interrupted during its first launch: a provisional report that says so (exit 5)
+    assert report.returncode == 5 and "bisect resume 1" in report.stdout, report
+    assert "session 1: provisional" in report.stdout
 
 
 def test_two_databases_keep_separate_logs(cli: Cli, tmp_path: Path) -> None:
@@ -415,7 +422,7 @@ def test_a_level_on_the_threshold_is_pointed_out(cli: Cli, tmp_path: Path) -> No
     report = json.loads(result.stdout)
     lo, hi = report["threshold_interval"]
     assert lo <= report["threshold_ms"] <= hi
-    assert "launch(es) of the good" in report["threshold_basis"]
+    assert "launches of the good" in report["threshold_basis"]
     warnings = [w for w in report["warnings"] if "sits on the threshold" in w]
     assert warnings, report
     assert "--threshold-ms" in warnings[0] and "--all-steps" in warnings[0]
@@ -501,7 +508,8 @@ def test_a_point_slower_than_the_bad_endpoint_on_every_launch_is_not_called_a_bu
     # launches as steady as the others', nothing is set aside either way: see
     # test_a_culprit_worse_than_the_bad_endpoint_is_said_and_not_blamed_on_the_machine.)
     from perfbisect.bisect.engine import Engine, LaunchResult, Policy
-    from perfbisect.bisect.report import _burst_warnings
+    from perfbisect.bisect.evidence import evidence_of
+    from perfbisect.bisect.report_warnings import burst_warnings
     from perfbisect.config import Configuration
 
     path = [Configuration.of({"commit": f"{i:040x}"}) for i in range(17)]
@@ -525,12 +533,13 @@ def test_a_point_slower_than_the_bad_endpoint_on_every_launch_is_not_called_a_bu
         return engine
 
     crossing_first = search(Policy())
-    assert not crossing_first.set_aside and not _burst_warnings(crossing_first)
+    assert not crossing_first.set_aside
+    assert not burst_warnings(crossing_first, evidence_of(crossing_first, []), {})
     every_step = search(Policy(all_steps=True))
     assert every_step.set_aside.get(8)
-    warnings = _burst_warnings(every_step)
+    warnings = burst_warnings(every_step, evidence_of(every_step, []), {})
     steady = [w for w in warnings if "worse than the bad endpoint on every launch" in w]
-    assert len(steady) == 1 and "position(s) 8" in steady[0], warnings
+    assert len(steady) == 1 and "position 8 measured worse" in steady[0], warnings
     bursts = [w for w in warnings if "bursts of slow launches" in w]
     assert not any(" 8," in w or " 8 " in w for w in bursts), warnings
 
@@ -559,7 +568,8 @@ def test_a_culprit_worse_than_the_bad_endpoint_is_said_and_not_blamed_on_the_mac
 
 def test_an_ordinary_step_says_nothing_was_taken_back() -> None:
     from perfbisect.bisect.engine import Engine, LaunchResult
-    from perfbisect.bisect.report import _taken_back
+    from perfbisect.bisect.evidence import evidence_of
+    from perfbisect.bisect.report_warnings import taken_back
     from perfbisect.config import Configuration
 
     path = [Configuration.of({"commit": f"{i:040x}"}) for i in range(17)]
@@ -568,4 +578,4 @@ def test_an_ordinary_step_says_nothing_was_taken_back() -> None:
         engine.feed([LaunchResult(10.0 if r.position < 8 else 24.0) for r in batch])
     assert engine.outcome is not None and engine.outcome.culprit is not None
     assert engine.outcome.culprit.first_bad.position == 8
-    assert _taken_back(engine, engine.outcome, "verify_ms") == []
+    assert taken_back(engine, engine.outcome, "verify_ms", evidence_of(engine, [])) == []

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfbisect.bisect.audit import AUDIT_TARGET
 from perfbisect.bisect.engine import Culprit, Engine, Outcome, PointResult
+from perfbisect.bisect.evidence import Evidence, engine_views, evidence_of
 from perfbisect.bisect.report_model import (
     AttributionRow,
     Interval,
@@ -15,13 +15,29 @@ from perfbisect.bisect.report_model import (
     ReportStatus,
     Step,
     Unresolved,
+    counted,
+    times,
 )
-from perfbisect.bisect.stats import Verdict, difference, median
+from perfbisect.bisect.report_warnings import warnings
+from perfbisect.bisect.stats import (
+    Difference,
+    Verdict,
+    classify,
+    core_launches,
+    difference_with_spread,
+    median,
+)
 from perfbisect.config import COMMIT_AXIS, Configuration
 from perfbisect.errors import lead_with_error
 from perfbisect.experiment import Experiment
 from perfbisect.store.database import Store
-from perfbisect.store.history import diff_snapshots, history, launch_with_samples
+from perfbisect.store.history import (
+    LaunchView,
+    diff_snapshots,
+    history,
+    launch_with_samples,
+    session_launches,
+)
 from perfbisect.targets.gitrepo import CommitInfo
 
 DRIFT_MIN_EFFECT = 0.05
@@ -44,11 +60,17 @@ def _commit_info(experiment: Experiment, sha: str | None) -> CommitInfo | None:
 
 
 def _drift(
-    store: Store, session_id: int, experiment: Experiment, engine: Engine, position: int, role: str
+    store: Store,
+    session_id: int,
+    experiment: Experiment,
+    engine: Engine,
+    position: int,
+    role: str,
+    now: list[float],
 ) -> dict[str, Any] | None:
-    """Compare today's launches of an endpoint with the history of the same configuration."""
+    """Compare today's kept launches of an endpoint with the history of the same
+    configuration (its slow launches set aside on both sides: a burst is no drift)."""
     config = engine.path[position]
-    now = engine.launches.get(position, [])
     earlier = [
         v
         for v in history(
@@ -61,8 +83,9 @@ def _drift(
     ]
     if not now or not earlier:
         return None
-    before = [v.value for v in earlier if v.value is not None]
-    diff = difference(before, now, engine.rel_sd(), engine.policy.noise.z)
+    hib = engine.policy.higher_is_better
+    before = core_launches([v.value for v in earlier if v.value is not None], engine.rel_sd(), hib)
+    diff = difference_with_spread(before, now, engine.rel_sd(), engine.policy.noise.z)
     significant = (diff.lo > 0 or diff.hi < 0) and abs(diff.delta) >= DRIFT_MIN_EFFECT * abs(
         median(before)
     )
@@ -94,6 +117,8 @@ def _drift(
         "now": {"median": median(now), "launches": len(now)},
         "change": diff.as_json(),
         "env_diff": env_diff,
+        # One launch now cannot tell a drift from one slow launch: said, not acted on.
+        "firm": len(now) >= 2,
     }
 
 
@@ -102,11 +127,67 @@ def _axis_of_step(a: Configuration, b: Configuration) -> str:
     return differing[0] if differing else COMMIT_AXIS
 
 
-def _step(experiment: Experiment, engine: Engine, threshold: float | None, c: Culprit) -> Step:
+def _verification(engine: Engine, views: list[LaunchView], lo: int, hi: int, kept_lo: int) -> str:
+    """What the verification launched, from the session's own launches: which side was
+    launched again and how often, so that "verified" never claims more than ran."""
+
+    def count(position: int) -> tuple[int, int]:
+        fp = engine.path[position].fingerprint
+        mine = [v for v in views if v.fingerprint == fp and v.purpose == "verify"]
+        return sum(v.value is not None for v in mine), sum(v.value is None for v in mine)
+
+    (good, good_failed), (bad, bad_failed) = count(lo), count(hi)
+    failed = good_failed + bad_failed
+    tail = f" ({counted(failed, 'verification launch')} failed)" if failed else ""
+    if not good and not bad:
+        return "no verification launches ran" + tail
+    if not good:
+        return (
+            f"first bad launched again {times(bad)}; last good not re-launched: its earlier "
+            f"{'launch' if kept_lo == 1 else counted(kept_lo, 'launch')} used{tail}"
+        )
+    if not bad:
+        return f"last good launched again {times(good)}; first bad not re-launched{tail}"
+    if good == bad:
+        return (
+            f"last good and first bad launched again in {counted(good, 'back-to-back pair')}{tail}"
+        )
+    return f"last good launched again {times(good)}, first bad {times(bad)}, interleaved{tail}"
+
+
+def _step(
+    experiment: Experiment,
+    engine: Engine,
+    threshold: float | None,
+    c: Culprit,
+    evidence: dict[int, Evidence],
+    views: list[LaunchView],
+) -> Step:
     # Numbers from the engine's final state, not from when the step was found: every view of
-    # a configuration shows the same median and launch count.
+    # a configuration shows the same median and launch count, and the effect comes from the
+    # same kept launches as the two medians beside it.
     lo, hi = engine.point(c.last_good.position), engine.point(c.first_bad.position)
     axis = _axis_of_step(lo.config, hi.config)
+    kept_lo = evidence[lo.position].kept if lo.position in evidence else []
+    kept_hi = evidence[hi.position].kept if hi.position in evidence else []
+    effect: Difference | None = c.effect
+    basis = ""
+    verified, note = c.verified, c.note
+    if kept_lo and kept_hi:
+        effect = difference_with_spread(kept_lo, kept_hi, engine.rel_sd(), engine.policy.noise.z)
+        basis = (
+            f"the launches behind the medians shown ({counted(len(kept_lo), 'launch')} of the "
+            f"last good, {len(kept_hi)} of the first bad), each side's own launch-to-launch "
+            "spread counted"
+        )
+        worse_lo = -effect.hi if engine.policy.higher_is_better else effect.lo
+        if verified and worse_lo <= 0:
+            verified = False
+            note = (
+                f"the effect's interval [{effect.lo:+.4g}, {effect.hi:+.4g}] reaches zero once "
+                "each side's own launch-to-launch spread is counted; more interleaved launches "
+                f"of positions {lo.position} and {hi.position} would settle it"
+            )
     return Step(
         axis=axis,
         position=hi.position,
@@ -114,14 +195,16 @@ def _step(experiment: Experiment, engine: Engine, threshold: float | None, c: Cu
         first_bad=hi.config.as_dict(),
         last_good_ms=_interval(lo),
         first_bad_ms=_interval(hi),
-        effect_ms=c.effect,
-        verified=c.verified,
-        verify_note=c.note,
+        effect_ms=effect,
+        verified=verified,
+        verify_note=note,
         crosses_threshold=engine.straddles(c, threshold),
         commit=_commit_info(experiment, hi.config.get(COMMIT_AXIS))
         if axis == COMMIT_AXIS
         else None,
         confidence=c.confidence,
+        verification=_verification(engine, views, lo.position, hi.position, len(kept_lo)),
+        effect_basis=basis,
     )
 
 
@@ -140,6 +223,68 @@ def _unresolved(engine: Engine, a: int, b: int) -> Unresolved:
     return Unresolved(engine.path[a].as_dict(), engine.path[b].as_dict(), why)
 
 
+def _judged(
+    engine: Engine, p: PointResult, threshold: float | None, named: set[int]
+) -> tuple[Verdict, str | None]:
+    """The verdict a row shows, against the threshold the report shows. A verdict reached
+    mid-search (on fewer launches, against a threshold that later moved) that the launches
+    shown now put on the other side is re-stated, with what it was; one the report's answer
+    rests on (the named step's two sides) keeps its word and says the same."""
+    verdict = p.verdict
+    ends = (0, engine.bad_end)
+    if threshold is None or p.estimate is None or verdict not in (Verdict.GOOD, Verdict.BAD):
+        return verdict, None
+    if p.position in ends:
+        return verdict, None
+    side = classify(p.estimate, threshold, engine.policy.higher_is_better)
+    if side is verdict:
+        return verdict, None
+    if side is None:
+        return verdict, (
+            f"judged {verdict.value} during the search; on the launches and the noise shown its "
+            f"interval reaches the threshold {threshold:.4g}"
+        )
+    if engine.policy.all_steps:
+        return verdict, (
+            f"judged {verdict.value} against the threshold of the level change searched there, "
+            f"not the session's {threshold:.4g}"
+        )
+    if p.position in named:
+        return verdict, (
+            f"judged {verdict.value} during the search; its launches shown put it "
+            f"{side.value} against the final threshold {threshold:.4g}"
+        )
+    return side, (
+        f"judged {verdict.value} during the search (fewer launches, or a threshold that "
+        f"moved); {side.value} against the final threshold {threshold:.4g}"
+    )
+
+
+def _path(
+    engine: Engine, threshold: float | None, evidence: dict[int, Evidence], named: set[int]
+) -> tuple[PathPoint, ...]:
+    points = []
+    for p in engine.evaluated_points():
+        verdict, judged = _judged(engine, p, threshold, named)
+        ev = evidence.get(p.position)
+        points.append(
+            PathPoint(
+                position=p.position,
+                config=p.config.as_dict(),
+                verdict=verdict,
+                ms=_interval(p),
+                reason=lead_with_error(p.reason)
+                if p.reason and p.verdict is Verdict.SKIP
+                else None,
+                launch_values=tuple(engine.launches.get(p.position, [])),
+                failures=tuple(lead_with_error(r) for r in engine.failures.get(p.position, [])),
+                launches=ev.uses if ev else (),
+                judged=judged,
+            )
+        )
+    return tuple(points)
+
+
 def build_report(
     store: Store,
     session_id: int,
@@ -149,9 +294,11 @@ def build_report(
     log_dir: str | None = None,
 ) -> Report:
     threshold = outcome.threshold
+    views = session_launches(store, session_id)
+    evidence = evidence_of(engine, engine_views(views, engine))
     chosen = outcome.culprit
-    steps = tuple(_step(experiment, engine, threshold, c) for c in outcome.steps)
-    culprit = _step(experiment, engine, threshold, chosen) if chosen else None
+    steps = tuple(_step(experiment, engine, threshold, c, evidence, views) for c in outcome.steps)
+    culprit = _step(experiment, engine, threshold, chosen, evidence, views) if chosen else None
     attribution = tuple(
         AttributionRow(
             tuple(row.axes), engine.path[row.position].as_dict(), row.verdict, row.effect
@@ -162,30 +309,25 @@ def build_report(
     drift = tuple(
         d
         for d in (
-            _drift(store, session_id, experiment, engine, 0, "good"),
-            _drift(store, session_id, experiment, engine, last, "bad"),
+            _drift(store, session_id, experiment, engine, p, role, evidence[p].kept)
+            for p, role in ((0, "good"), (last, "bad"))
+            if p in evidence
         )
         if d
     )
-    path = tuple(
-        PathPoint(
-            position=p.position,
-            config=p.config.as_dict(),
-            verdict=p.verdict,
-            ms=_interval(p),
-            reason=lead_with_error(p.reason) if p.reason and p.verdict is Verdict.SKIP else None,
-            launch_values=tuple(engine.launches.get(p.position, [])),
-            failures=tuple(lead_with_error(r) for r in engine.failures.get(p.position, [])),
-        )
-        for p in engine.evaluated_points()
-    )
+    named = {p for c in outcome.steps for p in (c.last_good.position, c.first_bad.position)}
+    path = _path(engine, threshold, evidence, named)
     if engine.fixed_threshold:
         basis = "given (--threshold-ms)"
     else:
+        good_n = len(evidence[0].kept) if 0 in evidence else 0
+        bad_n = len(evidence[last].kept) if last in evidence else 0
         basis = (
-            f"the endpoints' geometric midpoint, from {len(engine.launches.get(0, []))} launch(es) "
-            f"of the good and {len(engine.launches.get(engine.bad_end, []))} of the bad endpoint"
+            f"the endpoints' geometric midpoint, from {counted(good_n, 'launch')} of the good "
+            f"and {bad_n} of the bad endpoint"
         )
+    by_id = {v.id: v for v in views}
+    threshold_basis = basis if threshold is not None else ""
     return Report(
         session=session_id,
         status=ReportStatus(outcome.status.value),
@@ -207,97 +349,20 @@ def build_report(
         drift=drift,
         log_dir=log_dir,
         threshold_interval=outcome.threshold_interval,
-        threshold_basis=basis if threshold is not None else "",
-        warnings=tuple(
-            [
-                *_overlap_warnings(path, steps, threshold),
-                *_burst_warnings(engine),
-                *_taken_back(engine, outcome, experiment.metric.name),
-                *_low_confidence(outcome),
-            ]
+        threshold_basis=threshold_basis,
+        warnings=warnings(
+            engine,
+            outcome,
+            experiment.metric.name,
+            path,
+            steps,
+            evidence,
+            by_id,
         ),
         search="all steps" if engine.policy.all_steps else "crossing first",
         seen=tuple(_seen(engine, a, b) for a, b in outcome.seen),
         creep=tuple(_creep(engine, a, b) for a, b in engine.creep(outcome.steps, outcome.seen)),
     )
-
-
-def _taken_back(engine: Engine, outcome: Outcome, unit: str) -> list[str]:
-    """The first bad configuration measured clearly worse than the bad endpoint: a change
-    after it took back part of the regression, so the endpoints' difference understates what
-    the culprit did (its own effect is the step's). Said only when the launches show it."""
-    step = outcome.culprit
-    end = engine.bad_end
-    if step is None or step.first_bad.position == end:
-        return []
-    a, b = engine.launches.get(end), engine.launches.get(step.first_bad.position)
-    if not a or not b or not engine.measured_worse(a, b):
-        return []
-    return [
-        f"position {step.first_bad.position} measured worse than the bad endpoint "
-        f"({median(b):.4g} vs {median(a):.4g} {unit}, {len(b)} and {len(a)} launch(es)): a "
-        f"change between it and position {end} took back part of the regression (not "
-        "searched); the culprit's own effect is its step's (last good to first bad), not the "
-        "endpoints' difference"
-    ]
-
-
-def _low_confidence(outcome: Outcome) -> list[str]:
-    """The crossing named although the launches as a whole leave it below the audit's target
-    (its extra launches were spent): said, with what would add evidence."""
-    step = outcome.culprit
-    if step is None or step.confidence is None or step.confidence >= AUDIT_TARGET:
-        return []
-    return [
-        f"the launches as a whole give position {step.first_bad.position} "
-        f"{step.confidence:.0%} of being the first configuration past the threshold (the "
-        f"search asks for {AUDIT_TARGET:.0%}; the launches it may add for that, three times "
-        "`--max-launches`, were spent): a larger `--max-launches` buys more"
-    ]
-
-
-def _burst_warnings(engine: Engine) -> list[str]:
-    """Launches the engine took out of the evidence because the machine had a burst. A point
-    whose launches all sit beyond the bad endpoint, more of them than a burst lasts, was slower
-    than it on every launch: a level of its own as likely as a burst, and the warning says so
-    instead of blaming the machine."""
-    aside = {p: v for p, v in engine.set_aside.items() if v}
-    if not aside:
-        return []
-    # Against the bad endpoint's own level, by the engine's margin (not against a level worse
-    # than it that the engine may have found: these launches were set aside before it showed).
-    past_end = engine.beyond_bad_end()
-
-    def beyond(values: list[float]) -> bool:
-        return past_end is not None and bool(values) and all(past_end(v) for v in values)
-
-    # Five launches or more, every one beyond: longer than a burst lasts (2-4 launches in a row).
-    steady = {
-        p: v
-        for p, v in aside.items()
-        if len(v) + len(engine.launches.get(p, [])) >= 5
-        and beyond([*v, *engine.launches.get(p, [])])
-    }
-    bursty = {p: v for p, v in aside.items() if p not in steady}
-    out = []
-    if bursty:
-        count = sum(len(v) for v in bursty.values())
-        where = ", ".join(str(p) for p in sorted(bursty))
-        out.append(
-            f"bursts of slow launches, by the look of it: {count} launch(es) of position(s) {where} "
-            "ran slower than any level between the endpoints, or next to such a launch, and were "
-            "set aside and measured again (they stay in `bisect log`)"
-        )
-    if steady:
-        count = sum(len(v) for v in steady.values())
-        where = ", ".join(str(p) for p in sorted(steady))
-        out.append(
-            f"position(s) {where} measured worse than the bad endpoint on every launch: "
-            f"{count} of those launches were taken for a burst, set aside and measured again; "
-            "the configuration may simply be slower than the bad endpoint (they stay in "
-            "`bisect log`)"
-        )
-    return out
 
 
 def _seen(engine: Engine, a: int, b: int) -> Unresolved:
@@ -328,35 +393,3 @@ def _creep(engine: Engine, a: int, b: int) -> Unresolved:
         f"the level moved by {rise:+.4g} ({share:+.1%}) between positions {a} and {b} outside "
         f"the steps reported; {searched}: a gradual creep, or steps below the minimum effect",
     )
-
-
-def _overlap_warnings(
-    path: tuple[PathPoint, ...], steps: tuple[Step, ...], threshold: float | None
-) -> list[str]:
-    """A level between the endpoints that sits on the threshold makes "which step crosses it"
-    a coin toss: say so, name the steps on each side, and what to do about it."""
-    if threshold is None:
-        return []
-    out = []
-    for p in path:
-        if p.ms is None or p.verdict not in (Verdict.UNCLEAR, Verdict.INTERMEDIATE):
-            continue
-        if not p.ms.lo <= threshold <= p.ms.hi:
-            continue
-        before = [s for s in steps if s.position <= p.position]
-        after = [s for s in steps if s.position > p.position]
-        sides = ", ".join(
-            f"{side} the step at position {s.position}"
-            for side, s in (
-                ("after", before[-1] if before else None),
-                ("before", after[0] if after else None),
-            )
-            if s is not None
-        )
-        out.append(
-            f"position {p.position} ({p.verdict.value}, {p.ms.median:.4g} [{p.ms.lo:.4g}, "
-            f"{p.ms.hi:.4g}]) sits on the threshold {threshold:.4g}: a level between the "
-            f"endpoints overlaps it{' (' + sides + ')' if sides else ''}; pass --threshold-ms "
-            "to say which crossing you mean, or --all-steps to map every level change"
-        )
-    return out

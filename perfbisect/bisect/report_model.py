@@ -3,7 +3,8 @@
 Built once from the engine's final state; the JSON (``to_json``), the terminal tables, the plot,
 the exit code and ``bisect status`` all read this object, so every view names the same culprit
 with the same numbers and verdicts. ``report_version`` changes whenever a field changes meaning;
-``from_json`` reads every stored version (version 1: the untyped dict of earlier releases).
+``from_json`` reads every stored version (version 1: the untyped dict of earlier releases;
+version 2: no per-launch evidence, no legend, no verification description).
 
 Counting, as the README defines it: *evaluations* are distinct configurations judged, *launches*
 are server launches attempted (failed ones included; ``failed_launches`` of them failed).
@@ -20,17 +21,49 @@ from perfbisect.bisect.baseline import SpeedupRow
 from perfbisect.bisect.stats import Difference, Verdict
 from perfbisect.targets.gitrepo import CommitInfo
 
-REPORT_VERSION = 2
+REPORT_VERSION = 3
+
+# What each verdict word means, for the legend every view prints with the verdicts it shows.
+VERDICT_MEANINGS = {
+    "good": "its interval lies wholly on the good side of the threshold",
+    "bad": "its interval lies wholly on the bad side of the threshold",
+    "intermediate": (
+        "a level of its own, clearly apart from both endpoints' levels: the regression came in "
+        "more than one step (crossing first, it counts on the side of the threshold its median "
+        "is on)"
+    ),
+    "unclear": (
+        "its interval still reached the threshold when its launches ran out, or it was not "
+        "judged again after launches of it were set aside: never blamed"
+    ),
+    "skip": "could not be built, launched or measured (the reason is shown): never blamed",
+}
 
 
 class ReportStatus(str, Enum):
     FOUND = "found"
     NOT_REPRODUCED = "endpoints-not-reproduced"
     AMBIGUOUS = "ambiguous"
+    # An interrupted (or still running) session: what its launches show so far, not an answer.
+    PROVISIONAL = "provisional"
 
     @property
     def exit_code(self) -> int:
-        return {"found": 0, "endpoints-not-reproduced": 3, "ambiguous": 4}[self.value]
+        codes = {"found": 0, "endpoints-not-reproduced": 3, "ambiguous": 4, "provisional": 5}
+        return codes[self.value]
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 launch``, ``3 launches``, ``1 configuration``: a count with its noun, never
+    ``launch(es)`` (every view writes counts through this)."""
+    if n == 1:
+        return f"{n} {noun}"
+    return f"{n} {noun}es" if noun.endswith(("ch", "sh", "s", "x")) else f"{n} {noun}s"
+
+
+def times(n: int) -> str:
+    """``once``, ``twice``, ``3 times``."""
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
 
 
 @dataclass(frozen=True)
@@ -71,6 +104,10 @@ class Step:
     # The posterior that this is the first configuration past the threshold (crossing first;
     # None where it was not computed).
     confidence: float | None = None
+    # What the verification launched ("first bad launched again twice; last good not
+    # re-launched: its earlier launch used"), and which launches the effect comes from.
+    verification: str = ""
+    effect_basis: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,6 +123,8 @@ class Step:
             "crosses_threshold": self.crosses_threshold,
             "commit": asdict(self.commit) if self.commit else None,
             "confidence": self.confidence,
+            "verification": self.verification,
+            "effect_basis": self.effect_basis,
         }
 
     @classmethod
@@ -104,6 +143,32 @@ class Step:
             crosses_threshold=bool(data.get("crosses_threshold")),
             commit=CommitInfo(**commit) if commit else None,
             confidence=data.get("confidence"),
+            verification=str(data.get("verification", "")),
+            effect_basis=str(data.get("effect_basis", "")),
+        )
+
+
+@dataclass(frozen=True)
+class LaunchUse:
+    """One measured launch of a configuration and whether its value counts: kept launches make
+    the configuration's median, interval and launch count; a launch set aside says why."""
+
+    launch_id: int | None  # the stored launch (None where it could not be matched)
+    value: float
+    kept: bool
+    why: str | None = None  # why it was set aside ("slow launch in a burst", ...)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.launch_id, "value": self.value, "kept": self.kept, "why": self.why}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LaunchUse:
+        launch_id = data.get("id")
+        return cls(
+            int(launch_id) if launch_id is not None else None,
+            float(data["value"]),
+            bool(data.get("kept", True)),
+            data.get("why"),
         )
 
 
@@ -114,8 +179,50 @@ class PathPoint:
     verdict: Verdict
     ms: Interval | None
     reason: str | None = None
-    launch_values: tuple[float, ...] = ()
+    launch_values: tuple[float, ...] = ()  # kept and slow-but-not-burst launches (version 2)
     failures: tuple[str, ...] = ()  # failed launches of this configuration, with their reasons
+    # Every measured launch of it, kept or set aside (with why), in launch order (version 3).
+    launches: tuple[LaunchUse, ...] = ()
+    # How the verdict relates to the threshold shown, when it is not plain (judged against an
+    # earlier threshold, or with the launches of its plateau).
+    judged: str | None = None
+
+    @property
+    def set_aside(self) -> tuple[LaunchUse, ...]:
+        return tuple(u for u in self.launches if not u.kept)
+
+    @property
+    def set_aside_note(self) -> str:
+        """``1 of 3 set aside: slow launch in a burst``: the launches not in its numbers, and
+        why, the same words in every view ("" when none)."""
+        aside = self.set_aside
+        if not aside:
+            return ""
+        whys: dict[str, int] = {}
+        for u in aside:
+            whys[u.why or "set aside"] = whys.get(u.why or "set aside", 0) + 1
+        reasons = (
+            next(iter(whys))
+            if len(whys) == 1
+            else "; ".join(f"{why} ({n})" for why, n in whys.items())
+        )
+        return f"{len(aside)} of {len(self.launches)} set aside: {reasons}"
+
+    @property
+    def note(self) -> str:
+        """The row's note in every view: why it was skipped, its failed launches, the launches
+        set aside, how its verdict relates to the threshold shown."""
+        parts = []
+        if self.reason:
+            parts.append(self.reason)
+        elif self.failures:
+            last = self.failures[-1]
+            parts.append(f"{counted(len(self.failures), 'failed launch')}, last: {last}")
+        if self.set_aside_note:
+            parts.append(self.set_aside_note)
+        if self.judged:
+            parts.append(self.judged)
+        return "; ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -126,6 +233,9 @@ class PathPoint:
             "reason": self.reason,
             "launch_values": list(self.launch_values),
             "failures": list(self.failures),
+            "launches": [u.to_json() for u in self.launches],
+            "set_aside": len(self.set_aside),
+            "judged": self.judged,
         }
 
     @classmethod
@@ -138,6 +248,8 @@ class PathPoint:
             reason=data.get("reason"),
             launch_values=tuple(float(v) for v in data.get("launch_values", [])),
             failures=tuple(data.get("failures", [])),
+            launches=tuple(LaunchUse.from_json(u) for u in data.get("launches", [])),
+            judged=data.get("judged"),
         )
 
 
@@ -292,6 +404,8 @@ class Report:
     creep: tuple[Unresolved, ...] = ()  # level movement outside the steps, in no one step
     speculation: tuple[SpeedupRow, ...] = ()  # baseline = true: with/without speculation
     fidelity: Fidelity | None = None  # proxy launches: what they were, what the full model said
+    # A provisional report (interrupted or running session): what remains to be launched.
+    remaining: str | None = None
     report_version: int = REPORT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)  # fields of a newer version, kept
 
@@ -301,6 +415,12 @@ class Report:
 
     def point(self, position: int) -> PathPoint | None:
         return next((p for p in self.path if p.position == position), None)
+
+    @property
+    def legend(self) -> dict[str, str]:
+        """The meaning of every verdict word this report shows."""
+        shown = {p.verdict.value for p in self.path} | {a.verdict.value for a in self.attribution}
+        return {word: text for word, text in VERDICT_MEANINGS.items() if word in shown}
 
     def to_json(self) -> dict[str, Any]:
         steps = [s.to_json() for s in self.steps]
@@ -340,6 +460,8 @@ class Report:
             "creep": [u.to_json() for u in self.creep],
             "speculation": [r.to_json() for r in self.speculation],
             "fidelity": self.fidelity.to_json() if self.fidelity else None,
+            "remaining": self.remaining,
+            "legend": self.legend,
             **self.extra,
         }
 
@@ -348,6 +470,7 @@ class Report:
         known = {f for f in cls.__dataclass_fields__ if f != "extra"} | {
             "culprits",
             "seen_not_searched",
+            "legend",
         }
         culprit = data.get("culprit")
         return cls(
@@ -385,6 +508,7 @@ class Report:
             creep=tuple(Unresolved.from_json(u) for u in data.get("creep", [])),
             speculation=tuple(SpeedupRow.from_json(r) for r in data.get("speculation", [])),
             fidelity=Fidelity.from_json(data.get("fidelity")),
+            remaining=data.get("remaining"),
             report_version=int(data.get("report_version", 1)),
             extra={k: v for k, v in data.items() if k not in known},
         )

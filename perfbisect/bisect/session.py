@@ -38,7 +38,7 @@ from perfbisect.bisect.engine import (
 )
 from perfbisect.bisect.multiaxis import MultiAxisEngine
 from perfbisect.bisect.report import build_report
-from perfbisect.bisect.report_model import Fidelity, FullModelCheck, Report
+from perfbisect.bisect.report_model import Fidelity, FullModelCheck, Report, counted
 from perfbisect.bisect.specs import resolve_endpoints
 from perfbisect.bisect.unmatched import StopWhenNothingMatches
 from perfbisect.config import Configuration
@@ -224,14 +224,7 @@ def resume(
     context = experiment.context()
     configs = [Configuration.of(c, context) for c in row.path]
     p = row.params
-    options = SearchOptions(
-        p.get("threshold"),
-        int(p["min_launches"]),
-        int(p["max_launches"]),
-        bool(p.get("all_steps", True)),  # sessions from before crossing-first mapped every step
-        float(p.get("reuse_days", 0.0)),
-        p.get("slots"),
-    )
+    options = stored_options(p)
     return _drive(
         store,
         row.id,
@@ -241,6 +234,19 @@ def resume(
         options,
         progress or NoProgress(),
         log_key=p.get("log_key"),
+    )
+
+
+def stored_options(params: dict[str, Any]) -> SearchOptions:
+    """The search options a session started with, from its stored parameters."""
+    return SearchOptions(
+        params.get("threshold"),
+        int(params["min_launches"]),
+        int(params["max_launches"]),
+        # sessions from before crossing-first mapped every step
+        bool(params.get("all_steps", True)),
+        float(params.get("reuse_days", 0.0)),
+        params.get("slots"),
     )
 
 
@@ -369,10 +375,11 @@ def _drive(
             f"({', '.join(deciding_hosts)}), e.g. after a resume elsewhere: their difference "
             "may hold between-host variance"
         )
-    if reused_ids and report.drift:
+    # Only a drift the kept launches show (one launch now could be a slow one).
+    if reused_ids and any(d.get("firm", True) for d in report.drift):
         warnings.append(
-            f"{len(reused_ids)} search launch(es) were reused from earlier sessions, and an endpoint "
-            "drifted since then: re-run with --fresh to measure everything anew"
+            f"{counted(len(reused_ids), 'search launch')} reused from earlier sessions, and an "
+            "endpoint drifted since then: re-run with --fresh to measure everything anew"
         )
     report = replace(
         report,

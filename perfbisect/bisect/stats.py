@@ -137,6 +137,20 @@ def difference(a: Sequence[float], b: Sequence[float], rel_sd: float, z: float) 
     return Difference(delta, delta - z * sd, delta + z * sd)
 
 
+def difference_with_spread(
+    a: Sequence[float], b: Sequence[float], rel_sd: float, z: float
+) -> Difference:
+    """b - a (medians of launches) with an interval that carries each side's launch-to-launch
+    spread: the pooled noise, or that side's own spread when it is wider (a culprit whose two
+    launches measured 6.03 and 8.13 ms must not get an effect known to +-0.5 ms)."""
+    ma, mb = median(a), median(b)
+    sa = max(rel_sd, own_rel_sd(a)) * abs(ma)
+    sb = max(rel_sd, own_rel_sd(b)) * abs(mb)
+    sd = math.sqrt(sa**2 / len(a) + sb**2 / len(b))
+    delta = mb - ma
+    return Difference(delta, delta - z * sd, delta + z * sd)
+
+
 CORE_TOLERANCE = 0.15  # a launch this much slower than the best ones is not the same level
 OUTLIER_RATIO = 1.4  # a launch this many times slower than the best one is an outlier launch
 # Slow launches spread more than this times the noise are no level of their own: a burst's

@@ -1,9 +1,10 @@
 """Where a session stands, for every kind of session (single-axis, multi-axis, stacked,
-ambiguous, not reproduced, interrupted, running): what ``bisect status`` shows.
+ambiguous, not reproduced, interrupted, running): what ``bisect status`` and ``bisect log``
+show.
 
-Multi-axis sessions store only their two endpoints as the path (the engine adds configurations
-as it goes), so a verdict's configuration is looked up by its fingerprint in the session's own
-launches, never by position in the stored path.
+Both read the session's report: the stored one of a finished session, else the provisional
+one (its stored launches replayed into the engine). So a configuration shows the same
+verdict, median, launch count and launches set aside in status, log, report and HTML.
 """
 
 from __future__ import annotations
@@ -13,25 +14,39 @@ from typing import Any
 from perfbisect.bisect.driver import stage_seconds
 from perfbisect.bisect.report_model import Report
 from perfbisect.bisect.session import expected_steps
+from perfbisect.errors import PerfbisectError
 from perfbisect.store.database import Store
-from perfbisect.store.history import find_session, session_launches, session_steps
+from perfbisect.store.history import find_session, session_launches
+from perfbisect.store.models import SessionRow
+
+
+def session_report(store: Store, row: SessionRow) -> Report:
+    """The finished session's stored report, or an unfinished one's provisional report."""
+    if row.result is not None:
+        return Report.from_json(row.result)
+    from perfbisect.bisect.provisional import provisional_report
+
+    return provisional_report(store, row)
+
+
+def _report_or_why(store: Store, row: SessionRow) -> tuple[Report | None, str | None]:
+    try:
+        return session_report(store, row), None
+    except PerfbisectError as exc:  # e.g. the experiment can no longer be read
+        return None, f"no provisional report: {exc}"
 
 
 def session_status(store: Store, ref: str | None) -> dict[str, Any]:
     row = find_session(store, ref)
     launches = session_launches(store, row.id)
-    config_of = {v.fingerprint: v.axes for v in launches}
-    steps = session_steps(store, row.id)
-    latest: dict[str, Any] = {}  # the last verdict per configuration: one verdict each
-    for s in steps:
-        latest[s.fingerprint] = s
-    report = Report.from_json(row.result) if row.result else None
+    report, why = _report_or_why(store, row)
     seconds = stage_seconds(launches)
     measured = [v for v in launches if v.timings]
     per_launch = seconds / len(measured) if measured else None
+    judged = len(report.path) if report else 0
     expected = expected_steps(len(row.path)) if not row.params.get("plans") else None
     left = (
-        max(0, expected - len(latest)) * per_launch
+        max(0, expected - judged) * per_launch
         if row.status == "running" and expected is not None and per_launch is not None
         else None
     )
@@ -59,16 +74,49 @@ def session_status(store: Store, ref: str | None) -> dict[str, Any]:
         "estimate_left_s": round(left) if left is not None else None,
         "threshold_ms": report.threshold_ms if report else row.params.get("threshold"),
         "culprit": report.culprit.to_json() if report and report.culprit else None,
+        "provisional": report is not None and report.remaining is not None,
+        "remaining": report.remaining if report else why,
         "message": report.message if report else None,
+        # one row per configuration, the report's: verdict, median, launches kept and set aside
         "verdicts": [
             {
-                "config": config_of.get(s.fingerprint, {}),
-                "verdict": s.verdict,
-                "median": s.median,
-                "ci": [s.ci_lo, s.ci_hi],
-                "launches": s.n_launches,
-                "reason": s.reason,
+                "position": p.position,
+                "config": p.config,
+                "verdict": p.verdict.value,
+                "median": p.ms.median if p.ms else None,
+                "ci": [p.ms.lo, p.ms.hi] if p.ms else None,
+                "launches": p.ms.launches if p.ms else 0,
+                "set_aside": len(p.set_aside),
+                "note": p.note,
+                "reason": p.reason,
             }
-            for s in latest.values()
+            for p in (report.path if report else ())
         ],
+        "legend": report.legend if report else {},
     }
+
+
+def session_log(store: Store, ref: str | None) -> tuple[int, list[dict[str, Any]]]:
+    """Every launch of a session, in order, each with its configuration's verdict and whether
+    it counts in that configuration's numbers (kept) or was set aside, and why."""
+    row = find_session(store, ref)
+    launches = session_launches(store, row.id)
+    report, _ = _report_or_why(store, row)
+    use_of: dict[int, tuple[str, bool, str | None]] = {}
+    verdict_of: dict[str, str] = {}
+    for p in report.path if report else ():
+        verdict_of[_key(p.config)] = p.verdict.value
+        for u in p.launches:
+            if u.launch_id is not None:
+                use_of[u.launch_id] = (p.verdict.value, u.kept, u.why)
+    out = []
+    for v in launches:
+        verdict, kept, why = use_of.get(v.id, (verdict_of.get(_key(v.axes)), None, None))
+        out.append(
+            {**v.as_json(), "seq": v.seq, "verdict": verdict, "kept": kept, "set_aside": why}
+        )
+    return row.id, out
+
+
+def _key(config: dict[str, Any]) -> str:
+    return repr(sorted(config.items()))

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.markup import escape
 
 from perfbisect.cli.context import ctx_store, emit_json, output_file, write_output
 
@@ -204,75 +203,29 @@ def status(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JS
     """Where a session stands: whose it is, its status, launches and time, each verdict."""
     from perfbisect.bisect.session import resume_command
     from perfbisect.bisect.status import session_status
-    from perfbisect.cli.render import console, render_rows
-    from perfbisect.formatting import cfg, clock, num
+    from perfbisect.cli.render import render_status
 
     store = ctx_store(ctx, create=False)
     data = session_status(store, session)
     if as_json:
         emit_json(data)
         return
-    out = console()
-    name = f" ({data['name']})" if data["name"] else ""
-    outcome = f" -> {data['outcome']}" if data["outcome"] else ""
-    owner = data["owner"]
-    out.print(
-        f"session {data['session']}{escape(name)}: {data['status']}{outcome}; started "
-        f"{data['created_at'][:19]}Z by "
-        + (f"{escape(str(owner['user']))}, " if owner.get("user") else "")
-        + f"pid {owner['pid']} on {escape(str(owner['host']))}; "
-        f"{data['launches']} launches ({data['failed_launches']} failed), "
-        f"{clock(data['stage_seconds'])} in stages"
-        + (f", about {clock(data['estimate_left_s'])} left" if data["estimate_left_s"] else ""),
-        soft_wrap=True,
-    )
-    if data["message"]:
-        out.print(escape(data["message"]), soft_wrap=True)
-    if data["status"] == "interrupted":
-        out.print(
-            f"`{escape(resume_command(store, data['session']))}` continues it", soft_wrap=True
-        )
-    render_rows(
-        "verdicts (latest per configuration)",
-        ["configuration", "verdict", "median", "launches", "reason"],
-        [
-            (cfg(v["config"]), v["verdict"], num(v["median"]), v["launches"], v["reason"] or "")
-            for v in data["verdicts"]
-        ],
-    )
+    resume = resume_command(store, data["session"]) if data["status"] == "interrupted" else None
+    render_status(data, resume)
 
 
 @app.command()
 def log(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JSON) -> None:
-    """Every launch of a session, in order, with its value or failure and log location."""
-    from perfbisect.cli.render import render_rows
-    from perfbisect.errors import lead_with_error
-    from perfbisect.formatting import cfg, num
-    from perfbisect.store.history import find_session, session_launches
+    """Every launch of a session, in order: its value or failure, whether it counts in its
+    configuration's numbers or was set aside (and why), the verdict, the log location."""
+    from perfbisect.bisect.status import session_log
+    from perfbisect.cli.render import render_log
 
-    store = ctx_store(ctx, create=False)
-    row = find_session(store, session)
-    launches = session_launches(store, row.id)
+    session_id, entries = session_log(ctx_store(ctx, create=False), session)
     if as_json:
-        emit_json([v.as_json() for v in launches])
+        emit_json(entries)
         return
-    render_rows(
-        f"session {row.id} launches",
-        ["#", "id", "purpose", "config", "value", "log"],
-        [
-            (
-                v.seq,
-                v.id,
-                v.purpose,
-                cfg(v.axes),
-                num(v.value)
-                if v.value is not None
-                else f"{v.stage}: {lead_with_error(v.reason or 'failed')}",
-                v.log_path,
-            )
-            for v in launches
-        ],
-    )
+    render_log(session_id, entries)
 
 
 @app.command()
@@ -290,8 +243,9 @@ def report(
         help="Also write a self-contained HTML report here (no network needed).",
     ),
 ) -> None:
-    """The final report of a finished session."""
-    from perfbisect.bisect.session import resume_command
+    """The report of a session: the final one of a finished session, else a provisional one
+    (what its launches show so far; exit code 5)."""
+    from perfbisect.bisect.status import session_report
     from perfbisect.errors import StoreError
     from perfbisect.store.history import find_session
 
@@ -304,14 +258,7 @@ def report(
         write_output(html, session_html(store, str(row.id)), "--html")
     if row.result is None and row.status == "reset":
         raise StoreError(f"session {row.id} was reset before it finished: it has no report")
-    if row.result is None:
-        raise StoreError(
-            f"session {row.id} has no report yet (status {row.status}); "
-            f"`{resume_command(store, row.id)}` finishes it"
-        )
-    from perfbisect.bisect.report_model import Report
-
-    _finish(Report.from_json(row.result), as_json, plot)
+    _finish(session_report(store, row), as_json, plot)
 
 
 @app.command()

@@ -57,7 +57,8 @@ def demo(
         verdict = "named the planted commit" if run.named else "did NOT name the planted commit"
         lines = [
             f"demo: perfbisect {verdict} {run.made.planted[:12]}",
-            f"history: {run.db_url} (session {report.session}); logs: {report.log_dir}",
+            # (the report above ends with its `logs:` line: not said twice)
+            f"history: {run.db_url} (session {report.session})",
             "next:",
             *(f"  {line}" for line in run.next_steps),
         ]

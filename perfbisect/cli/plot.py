@@ -45,16 +45,21 @@ def write_plot(report: Report, path: Path) -> None:
             capsize=3,
             label=label,
         )
-        if point.launch_values:
-            ax.plot(
-                [x] * len(point.launch_values),
-                list(point.launch_values),
-                ".",
-                color="grey",
-                alpha=0.5,
-                label="launch" if "launch" not in labelled else None,
-            )
-            labelled.add("launch")
+        # every launch: those in the configuration's numbers as dots, those set aside (slow,
+        # or in a burst) as crosses (reports before version 3 list only the former)
+        kept = [u.value for u in point.launches if u.kept] or list(point.launch_values)
+        aside = [u.value for u in point.set_aside]
+        for values, marker, name in ((kept, ".", "launch"), (aside, "x", "launch set aside")):
+            if values:
+                ax.plot(
+                    [x] * len(values),
+                    values,
+                    marker,
+                    color="grey",
+                    alpha=0.6,
+                    label=name if name not in labelled else None,
+                )
+                labelled.add(name)
     if report.threshold_ms is not None:
         ax.axhline(report.threshold_ms, color="black", linestyle="--", label="threshold")
     if report.culprit is not None:

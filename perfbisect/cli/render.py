@@ -17,7 +17,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from perfbisect.bisect.report_model import Fidelity, Report, Step
+from perfbisect.bisect.report_model import Fidelity, Interval, Report, Step, counted
+from perfbisect.errors import lead_with_error
 from perfbisect.formatting import (
     SHORT_SHA,
     cfg,
@@ -26,12 +27,14 @@ from perfbisect.formatting import (
     interval,
     num,
     short_hashes,
+    verification_text,
 )
 
 STATUS_STYLE = {
     "found": "bold green",
     "endpoints-not-reproduced": "bold yellow",
     "ambiguous": "bold yellow",
+    "provisional": "bold yellow",
 }
 VERDICT_STYLE = {
     "good": "green",
@@ -72,12 +75,51 @@ def _table(*columns: str, title: str | None = None) -> Table:
 
 
 def _step_line(step: Step, unit: str) -> str:
-    sha = f" {step.commit.sha[:12]} {step.commit.subject}" if step.commit else ""
-    verified = "verified" if step.verified else f"NOT verified: {step.verify_note or 'no reason'}"
+    subject = f" {step.commit.subject}" if step.commit else ""
     return escape(
         f"{interval(step.last_good_ms)} -> {interval(step.first_bad_ms)} {unit} at "
-        f"{cfg(step.first_bad)}{sha} ({verified})"
+        f"{cfg(step.first_bad)}{subject} (verified: {verification_text(step)})"
     )
+
+
+def _culprit(out: Console, report: Report) -> None:
+    culprit = report.culprit
+    if culprit is None:
+        return
+    unit = report.metric
+    # the same verdict as its row in the table: a level of its own between the endpoints
+    # (a stacked regression's first step) is "intermediate" there and here
+    culprit_point = report.point(culprit.position)
+    verdict = culprit_point.verdict.value if culprit_point else "bad"
+    label = "first bad" if verdict == "bad" else f"first worse ({verdict})"
+    if report.remaining is not None:
+        label = f"provisional {label}"
+    c = culprit.commit
+    # the configuration once (a commit's sha is the configuration), its subject beside it
+    subject = f" {c.subject}" if c else ""
+    out.print(
+        f"[bold]{label} ({escape(culprit.axis)}):[/] {escape(cfg(culprit.first_bad))}"
+        f"{escape(subject)}  {escape(interval(culprit.first_bad_ms))}",
+        soft_wrap=True,
+    )
+    if c:
+        out.print(f"    {escape(c.author)}, {c.date}")
+    out.print(
+        f"[bold]last good:[/] {escape(cfg(culprit.last_good))}  "
+        f"{escape(interval(culprit.last_good_ms))}",
+        soft_wrap=True,
+    )
+    eff = culprit.effect_ms
+    if eff:
+        basis = f"; from {culprit.effect_basis}" if culprit.effect_basis else ""
+        out.print(
+            f"effect: {eff.delta:+.4g} {escape(unit)} (interval {eff.lo:+.4g} .. "
+            f"{eff.hi:+.4g}{escape(basis)})",
+            soft_wrap=True,
+        )
+    out.print(f"verified: {escape(verification_text(culprit))}", soft_wrap=True)
+    if culprit.confidence is not None:
+        out.print(f"confidence: {confidence_text(culprit.confidence)}")
 
 
 def render_report(report: Report, out: Console | None = None) -> None:
@@ -88,6 +130,8 @@ def render_report(report: Report, out: Console | None = None) -> None:
         f"[{STATUS_STYLE.get(status, 'bold')}]session {report.session}: {status}[/] "
         f"— {escape(report.message)}"
     )
+    if report.remaining is not None:
+        out.print(f"[yellow]provisional:[/] {escape(report.remaining)}", soft_wrap=True)
     if report.threshold_ms is not None:
         direction = "higher" if report.higher_is_better else "lower"
         within = (
@@ -112,48 +156,17 @@ def render_report(report: Report, out: Console | None = None) -> None:
     )
     for point in report.path:
         verdict = point.verdict.value
-        note = point.reason or ""
-        if point.failures and point.verdict.value != "skip":
-            note = f"{len(point.failures)} failed launch(es), last: {point.failures[-1]}"
         table.add_row(
             str(point.position),
             escape(short_hashes(cfg(point.config))),
             f"[{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]",
             escape(interval(point.ms)),
-            escape(note),
+            escape(point.note),
         )
     out.print(table)
-    culprit = report.culprit
-    if culprit:
-        # the same verdict as its row in the table: a level of its own between the endpoints
-        # (a stacked regression's first step) is "intermediate" there and here
-        culprit_point = report.point(culprit.position)
-        verdict = culprit_point.verdict.value if culprit_point else "bad"
-        label = "first bad" if verdict == "bad" else f"first worse ({verdict})"
-        out.print(
-            f"[bold]{label} ({escape(culprit.axis)}):[/] {escape(cfg(culprit.first_bad))}  "
-            f"{escape(interval(culprit.first_bad_ms))}"
-        )
-        if culprit.commit:
-            c = culprit.commit
-            out.print(f"    {c.sha}\n    {escape(c.subject)}\n    {escape(c.author)}, {c.date}")
-        out.print(
-            f"[bold]last good:[/] {escape(cfg(culprit.last_good))}  "
-            f"{escape(interval(culprit.last_good_ms))}"
-        )
-        eff = culprit.effect_ms
-        if eff:
-            verified = (
-                "yes"
-                if culprit.verified
-                else f"[yellow]no[/]: {escape(culprit.verify_note or 'no reason recorded')}"
-            )
-            out.print(
-                f"effect: {eff.delta:+.4g} {escape(unit)} (interval {eff.lo:+.4g} .. "
-                f"{eff.hi:+.4g}); verified with interleaved launches: {verified}"
-            )
-        if culprit.confidence is not None:
-            out.print(f"confidence: {confidence_text(culprit.confidence)}")
+    for word, meaning in report.legend.items():
+        out.print(f"  [{VERDICT_STYLE.get(word, '')}]{word}[/]: {escape(meaning)}")
+    _culprit(out, report)
     if report.attribution:
         table = _table("axes switched to bad", "verdict", f"effect ({unit})", title="attribution")
         for row in report.attribution:
@@ -212,6 +225,12 @@ def render_report(report: Report, out: Console | None = None) -> None:
             f"{num(d['before']['median'])} before ({d['before']['first'][:10]} .. "
             f"{d['before']['last'][:10]}, sessions {d['before']['sessions']}) and "
             f"{num(d['now']['median'])} now ({change['delta']:+.4g})"
+            + (
+                ""
+                if d.get("firm", True)
+                else " on one launch now: a slow launch explains that as well (a launch more "
+                "would tell)"
+            )
         )
         for item in d.get("env_diff", [])[:20]:
             out.print(
@@ -221,8 +240,8 @@ def render_report(report: Report, out: Console | None = None) -> None:
     failed = f" ({report.failed_launches} failed)" if report.failed_launches else ""
     if report.reused_launches:
         failed += (
-            f"; {len(report.reused_launches)} search launch(es) reused from earlier sessions "
-            "(`--fresh` launches everything)"
+            f"; {counted(len(report.reused_launches), 'search launch')} reused from earlier "
+            "sessions (`--fresh` launches everything)"
         )
     out.print(
         f"search: {report.search}"
@@ -233,8 +252,9 @@ def render_report(report: Report, out: Console | None = None) -> None:
         )
     )
     out.print(
-        f"evaluations: {report.evaluations} configurations, launches: {report.launches}{failed}"
-        + (f" in {report.rounds} rounds" if report.rounds else "")
+        f"evaluations: {counted(report.evaluations, 'configuration')}, launches: "
+        f"{report.launches}{failed}"
+        + (f" in {counted(report.rounds, 'round')}" if report.rounds else "")
         + "; "
         f"time to this answer: {clock(report.time_spent_s)} in launch stages"
     )
@@ -319,3 +339,95 @@ def render_dry_run(result: dict[str, Any], out: Console | None = None) -> None:
         for line in lines:
             # Commands contain brackets (python[all]) that rich would read as markup.
             out.print(f"[cyan]{stage}:[/] {escape(str(line))}")
+
+
+def render_status(data: dict[str, Any], resume: str | None = None) -> None:
+    """`bisect status`: whose session, where it stands, the culprit once found (provisional
+    while the session has not finished), and the report's row per configuration; ``resume``:
+    the command that continues an interrupted session."""
+    out = console()
+    name = f" ({data['name']})" if data["name"] else ""
+    outcome = f" -> {data['outcome']}" if data["outcome"] else ""
+    owner = data["owner"]
+    out.print(
+        f"session {data['session']}{escape(name)}: {data['status']}{outcome}; started "
+        f"{data['created_at'][:19]}Z by "
+        + (f"{escape(str(owner['user']))}, " if owner.get("user") else "")
+        + f"pid {owner['pid']} on {escape(str(owner['host']))}; "
+        f"{counted(data['launches'], 'launch')} ({data['failed_launches']} failed), "
+        f"{clock(data['stage_seconds'])} in stages"
+        + (f", about {clock(data['estimate_left_s'])} left" if data["estimate_left_s"] else ""),
+        soft_wrap=True,
+    )
+    if data["message"]:
+        out.print(escape(data["message"]), soft_wrap=True)
+    if resume:
+        out.print(f"`{escape(resume)}` continues it", soft_wrap=True)
+    culprit = data["culprit"]
+    if culprit:
+        label = "provisional culprit" if data["provisional"] else "culprit"
+        commit = culprit.get("commit")
+        subject = f" {commit['subject']}" if commit else ""
+        bad, good = culprit.get("first_bad_ms"), culprit.get("last_good_ms")
+        out.print(
+            f"[bold]{label}:[/] {escape(cfg(culprit['first_bad']))}{escape(subject)} "
+            f"(position {culprit['position']}): {escape(_interval_json(bad))}; last good "
+            f"{escape(cfg(culprit['last_good']))}: {escape(_interval_json(good))}",
+            soft_wrap=True,
+        )
+    if data["remaining"]:
+        out.print(f"[yellow]provisional:[/] {escape(data['remaining'])}", soft_wrap=True)
+    render_rows(
+        "verdicts (one per configuration, as in the report)",
+        ["pos", "configuration", "verdict", "median [interval] launches", "note"],
+        [
+            (
+                v["position"],
+                cfg(v["config"]),
+                v["verdict"],
+                _interval_json(
+                    {"median": v["median"], "ci": v["ci"], "launches": v["launches"]}
+                    if v["median"] is not None
+                    else None
+                ),
+                v["note"],
+            )
+            for v in data["verdicts"]
+        ],
+    )
+    for word, meaning in data["legend"].items():
+        out.print(f"  {word}: {escape(meaning)}", soft_wrap=True)
+
+
+def _interval_json(ms: dict[str, Any] | None) -> str:
+    if not ms:
+        return "-"
+    return interval(Interval(ms["median"], ms["ci"][0], ms["ci"][1], ms["launches"]))
+
+
+def render_log(session: int, entries: Sequence[dict[str, Any]]) -> None:
+    """`bisect log`: every launch with its value or failure, its configuration's verdict,
+    whether it counts in that configuration's numbers, and its log."""
+    render_rows(
+        f"session {session} launches",
+        ["#", "id", "purpose", "config", "value", "counted", "verdict", "log"],
+        [
+            (
+                e["seq"],
+                e["id"],
+                e["purpose"],
+                cfg(e["config"]),
+                num(e["value"])
+                if e["value"] is not None
+                else f"{e['stage']}: {lead_with_error(e['reason'] or 'failed')}",
+                "kept"
+                if e["kept"]
+                else f"set aside: {e['set_aside']}"
+                if e["kept"] is False
+                else "-",
+                e["verdict"] or "-",
+                e["log"],
+            )
+            for e in entries
+        ],
+    )

@@ -1,0 +1,161 @@
+"""The report of a session that has not finished (interrupted, or still running): its stored
+launches replayed into a fresh engine (the engine is pure, so this is the state the search had
+reached), its verdicts with their launches, the provisional culprit and what remains to confirm
+it, marked provisional. No launch is made."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import tomllib
+
+from perfbisect.bisect.driver import _digest, _replayed, session_log_root
+from perfbisect.bisect.engine import Culprit, Engine, Outcome, Status
+from perfbisect.bisect.multiaxis import MultiAxisEngine
+from perfbisect.bisect.report import build_report
+from perfbisect.bisect.report_model import Report, ReportStatus, counted
+from perfbisect.bisect.session import _engine, resume_command, stored_options
+from perfbisect.bisect.stats import Verdict, difference
+from perfbisect.config import Configuration
+from perfbisect.errors import ExperimentError
+from perfbisect.experiment import Experiment, load_experiment, parse_experiment
+from perfbisect.store.database import Store
+from perfbisect.store.history import session_launches
+from perfbisect.store.models import SessionRow
+from perfbisect.targets.sglang.proxy import ProxySpec
+
+
+def _experiment(row: SessionRow) -> Experiment:
+    """The session's experiment: its file while unchanged, else the text stored with it."""
+    try:
+        experiment = load_experiment(row.experiment_path)
+        if _digest(experiment.text) == row.params.get("experiment_sha256"):
+            return experiment
+    except ExperimentError:
+        pass
+    text = row.experiment_text or ""
+    return parse_experiment(tomllib.loads(text), Path(row.experiment_path), text)
+
+
+def _replay(store: Store, row: SessionRow, engine: Engine) -> int:
+    """Feed the engine the session's stored launches, batch by batch, while they match what
+    it asks for; the number of launches fed."""
+    stored = {v.seq: v for v in session_launches(store, row.id)}
+    seq = 0
+    while batch := engine.next_batch():
+        views = [stored.get(seq + i) for i in range(len(batch))]
+        if any(
+            v is None or v.fingerprint != r.config.fingerprint
+            for v, r in zip(views, batch, strict=True)
+        ):
+            break
+        engine.feed([_replayed(v) for v in views if v is not None])
+        seq += len(batch)
+    return seq
+
+
+def _bracket(engine: Engine) -> tuple[int, int] | None:
+    """The last good and the first crossed configuration on the path so far (one path: the
+    multi-axis search's configurations are not in path order)."""
+    if isinstance(engine, MultiAxisEngine) or engine.threshold is None:
+        return None
+    sign = -1.0 if engine.policy.higher_is_better else 1.0
+
+    def crossed(p: int) -> bool:
+        verdict = engine.verdicts[p]
+        if verdict is Verdict.BAD:
+            return True
+        est = engine.point(p).estimate
+        threshold = engine.threshold
+        return (
+            verdict is Verdict.INTERMEDIATE
+            and est is not None
+            and threshold is not None
+            and sign * est.median >= sign * threshold
+        )
+
+    judged = sorted(engine.verdicts)
+    hi = next((p for p in judged if crossed(p)), None)
+    if hi is None:
+        return None
+    below = [
+        p
+        for p in judged
+        if p < hi and engine.verdicts[p] in (Verdict.GOOD, Verdict.INTERMEDIATE) and not crossed(p)
+    ]
+    return (below[-1], hi) if below else None
+
+
+def provisional_report(store: Store, row: SessionRow) -> Report:
+    experiment = _experiment(row)
+    context = experiment.context()
+    configs = [Configuration.of(c, context) for c in row.path]
+    options = stored_options(row.params)
+    threshold = options.threshold
+    if experiment.target.kind == "sglang" and ProxySpec.of(experiment.target.options):
+        # The search runs on proxy launches first (session._run_phases): they are replayed.
+        configs, threshold = [c.as_proxy() for c in configs], None
+    engine = _engine(configs, row.params.get("plans"), options.policy(experiment), threshold)
+    fed = _replay(store, row, engine)
+    last = engine.bad_end
+    pending = engine.next_batch()
+    nexts = ", ".join(f"position {r.position} ({r.purpose.value})" for r in pending)
+    resume = (
+        "it was reset and will not finish: `bisect start` begins a new session"
+        if row.status == "reset"
+        else f"`{resume_command(store, row.id)}` continues it (these launches are not made again)"
+    )
+    if engine.outcome is not None:
+        outcome = engine.outcome
+        remaining = (
+            f"the search ended after {counted(fed, 'launch')}, the session did not "
+            f"(status {row.status}): its later phases remain; {resume}"
+        )
+    else:
+        bracket = _bracket(engine)
+        culprit = None
+        if bracket is None:
+            where = (
+                "the endpoints are still being measured"
+                if not engine.verdicts
+                else ("no configuration has crossed the threshold yet")
+            )
+        elif bracket[1] - bracket[0] > 1:
+            lo, hi = bracket
+            where = (
+                f"the step lies between positions {lo} and {hi} "
+                f"({counted(hi - lo - 1, 'configuration')} between them still to judge)"
+            )
+        else:
+            lo, hi = bracket
+            a, b = engine.launches.get(lo), engine.launches.get(hi)
+            effect = difference(a, b, engine.rel_sd(), 2.0) if a and b else None
+            where = f"first bad so far at position {hi} of {last}"
+            if effect is not None:
+                culprit = Culprit(
+                    engine.point(lo),
+                    engine.point(hi),
+                    effect,
+                    False,
+                    "not verified yet: the session stopped before the verification and the "
+                    "crossing's audit were complete",
+                )
+        outcome = Outcome(
+            Status.AMBIGUOUS,
+            engine.threshold,
+            f"provisional, after {counted(fed, 'launch')}: {where}",
+            culprit,
+            (),
+            len(engine.verdicts),
+            engine.launch_count,
+            (culprit,) if culprit else (),
+            None if engine.fixed_threshold else engine.threshold_interval(),
+        )
+        remaining = (
+            f"the session is {row.status}; the search would launch next: {nexts or 'nothing'}; "
+            + resume
+        )
+    log_root = session_log_root(row.id, row.params.get("log_key"))
+    report = build_report(store, row.id, experiment, engine, outcome, str(log_root))
+    return replace(report, status=ReportStatus.PROVISIONAL, remaining=remaining)
