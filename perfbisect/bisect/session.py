@@ -83,8 +83,10 @@ def start(
     name: str | None = None,
     progress: Progress | None = None,
     wait: records.HostWait | None = None,
+    from_change: int | None = None,
 ) -> Report:
-    """Validate everything, create the session, run it. Bad input stores nothing."""
+    """Validate everything, create the session, run it. Bad input stores nothing.
+    ``from_change``: the change point of a watched series this session bisects."""
     experiment = load_experiment(experiment_path)
     endpoints = resolve_endpoints(good, bad, experiment)
     params: dict[str, Any] = {
@@ -98,6 +100,7 @@ def start(
         # Log directories are keyed by this, not by the per-database session number: two
         # databases (the demo's and the default) both have a session 1.
         "log_key": uuid.uuid4().hex[:12],
+        **({"from_change": from_change} if from_change is not None else {}),
     }
     session_id = records.claim_new_session(
         store,

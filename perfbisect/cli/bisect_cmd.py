@@ -69,10 +69,16 @@ def _run(as_json: bool, call: Callable[[Any], Report]) -> Report:
 @app.command()
 def start(
     ctx: typer.Context,
-    good: str = typer.Option(
-        ..., "--good", help="Good configuration: 'v1.2' or 'commit=v1.2,flag=a'."
+    good: str | None = typer.Option(
+        None, "--good", help="Good configuration: 'v1.2' or 'commit=v1.2,flag=a'."
     ),
-    bad: str = typer.Option(..., "--bad", help="Bad configuration, same syntax."),
+    bad: str | None = typer.Option(None, "--bad", help="Bad configuration, same syntax."),
+    from_change: int | None = typer.Option(
+        None,
+        "--from-change",
+        help="Bisect a change point of a watched series (see `query changes`) instead of "
+        "--good/--bad: from the last commit before it to the first after it.",
+    ),
     config: Path = typer.Option(Path("perfbisect.toml"), "-c", "--config", help="Experiment file."),
     threshold_ms: float | None = typer.Option(
         None, "--threshold-ms", help="Fixed threshold (default: midpoint of endpoints)."
@@ -109,6 +115,12 @@ def start(
     ),
 ) -> None:
     """Reproduce the endpoints, bisect between them, verify the culprit."""
+    if from_change is not None or good is None or bad is None:
+        from perfbisect.cli.watch_cmd import endpoints_from_change
+
+        good, bad, threshold_ms = endpoints_from_change(
+            ctx, from_change, good, bad, config, threshold_ms
+        )
     if dry_run:
         from perfbisect.bisect.session import dry_run as plan
         from perfbisect.cli.render import render_dry_run
@@ -143,6 +155,7 @@ def start(
             name=name,
             progress=progress,
             wait=_host_wait(no_wait),
+            from_change=from_change,
         ),
     )
     _finish(report, as_json, plot)

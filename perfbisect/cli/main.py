@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from perfbisect.cli import bisect_cmd, cache_cmd, demo_cmd, probe_cmd, query_cmd
+from perfbisect.cli import bisect_cmd, cache_cmd, demo_cmd, probe_cmd, query_cmd, watch_cmd
 from perfbisect.cli.context import Context
 
 app = typer.Typer(
@@ -23,6 +23,7 @@ app.add_typer(query_cmd.app, name="query")
 app.add_typer(probe_cmd.app, name="probe")
 app.add_typer(cache_cmd.app, name="cache")
 app.command("demo")(demo_cmd.demo)
+app.command("watch")(watch_cmd.watch)
 
 
 def _print_version(value: bool) -> None:
