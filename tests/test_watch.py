@@ -126,10 +126,13 @@ def test_bisect_from_a_change_point_and_bad_input(cli: Cli, tmp_path: Path) -> N
     values = [10.0] * 23 + [13.0] * 22
     repo = noisy_repo(tmp_path / "repo", values)
     (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
-    code, round_ = watch(cli, "--every", "5", "--commits", f"{repo.shas[0]}..main")
-    assert code == 1 and round_["bisections"] == []  # no --auto-bisect
+    code, round_ = watch(
+        cli, "--commits", f"{repo.shas[0]}..main", "--launches", "1", "--slots", "2"
+    )
+    assert code == 1 and round_["bisections"] == [], round_  # no --auto-bisect
+    assert len(round_["measured"]) == 44
     [change] = round_["changes"]
-    assert (change["commit_before"], change["commit_after"]) == (repo.shas[20], repo.shas[25])
+    assert (change["commit_before"], change["commit_after"]) == (repo.shas[22], repo.shas[23])
 
     report = cli.json("bisect", "start", "--from-change", str(change["id"]), "--json")
     assert report["status"] == "found", report["message"]
@@ -138,6 +141,15 @@ def test_bisect_from_a_change_point_and_bad_input(cli: Cli, tmp_path: Path) -> N
     assert report["threshold_ms"] == pytest.approx(
         (change["before"]["mean"] + change["after"]["mean"]) / 2
     )
+    # from one series point before the change point's to one after it (commits 21 and 24):
+    # the series' launches of commits 22 and 23 stand in for search launches
+    assert report["path_length"] == 4
+    launches = cli.json("query", "history", "--json", "--limit", "0")
+    reused = [la for la in launches if la["id"] in report["reused_launches"]]
+    assert {la["config"]["commit"] for la in reused} <= {repo.shas[22], repo.shas[23]}
+    assert reused and all("(watch series," in la["flags"][0] for la in reused)
+    # the watcher's own launches are of kind watch, not a session's search launches
+    assert {la["purpose"] for la in launches if la["session"] is None} == {"watch"}
     [row] = cli.json("query", "changes", "--json")
     assert row["bisection"]["session"] == report["session"]
 
@@ -164,20 +176,6 @@ def test_bisect_from_a_change_point_and_bad_input(cli: Cli, tmp_path: Path) -> N
     # nothing half-written: still one series, one change point, one session
     assert len(cli.json("query", "changes", "--json")) == 1
     assert len(cli.json("query", "sessions", "--json")) == 1
-
-
-def test_a_bisection_reuses_the_series_launches(cli: Cli, tmp_path: Path) -> None:
-    repo = noisy_repo(tmp_path / "repo", [10.0] * 6 + [14.0] * 6)
-    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
-    watch(cli, "--commits", f"{repo.shas[0]}..main", "--launches", "1")
-    report = cli.bisect(repo.shas[0], repo.shas[-1])
-    assert report["culprit"]["first_bad"]["commit"] == repo.shas[6]
-    assert report["reused_launches"], report
-    launches = cli.json("query", "history", "--json")
-    reused = [la for la in launches if la["id"] in report["reused_launches"]]
-    assert reused and all("(watch series," in la["flags"][0] for la in reused)
-    # the watcher's own launches are of kind watch, not a session's search launches
-    assert {la["purpose"] for la in launches if la["session"] is None} == {"watch"}
 
 
 def test_the_watcher_polls_and_fetches_the_remote(cli: Cli, tmp_path: Path) -> None:
@@ -275,11 +273,12 @@ def test_two_watchers_of_two_branches_share_one_postgresql(cli: Cli, tmp_path: P
         add_commits(repo, [10.0] * 5 + [8.0] * 9)  # main gets faster
         (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
         exe = [sys.executable, "-m", "perfbisect", "--db", url, "watch", "--once", "--json"]
+        # two machines: each its own cache (clone, worktrees), one database
         procs = [
             subprocess.Popen(
                 [*exe, "--branch", branch, "--commits", f"{root}..{branch}"],
                 cwd=tmp_path,
-                env=cli.env,
+                env={**cli.env, "PERFBISECT_CACHE": str(tmp_path / f"cache-{branch}")},
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
@@ -288,7 +287,7 @@ def test_two_watchers_of_two_branches_share_one_postgresql(cli: Cli, tmp_path: P
         ]
         results = [p.communicate(timeout=600) for p in procs]
         codes = [p.returncode for p in procs]
-        assert codes == [0, 1], results  # main's change is an improvement: no alarm
+        assert codes == [0, 1], [err[-3000:] for _, err in results]  # main improved: no alarm
         rounds = [json.loads(out) for out, _ in results]
         assert [r["series"]["branch"] for r in rounds] == ["main", "release"]
         assert rounds[1]["changes"][0]["commit_after"] == release[18]

@@ -54,8 +54,9 @@ def measure(
     slots: int | None = None,
     on_done: Callable[[Measured], None] | None = None,
 ) -> list[Measured]:
-    """Make the planned launches, one per slot at a time; each is recorded (kind ``watch``, no
-    session) and linked to the series as it ends."""
+    """Make the planned launches, one commit per slot at a time (its launches one after
+    another: two launches of one commit at once would share its worktree); each is recorded
+    (kind ``watch``, no session) and linked to the series as it ends."""
     experiments = slot_experiments(experiment, slots)
     free: queue.Queue[int] = queue.Queue()
     for slot in range(len(experiments)):
@@ -70,34 +71,52 @@ def measure(
                 targets[slot] = make_target(experiments[slot], cache_dir())
             return targets[slot]
 
-    def work(plan: Planned) -> Measured:
+    def launch(slot: int, plan: Planned) -> Measured:
+        request = LaunchRequest(plan.ordinal, plan.config, Purpose.WATCH)
+        result: LaunchResult = _measure(
+            target(slot),
+            store,
+            None,
+            plan.seq,
+            request,
+            experiments[slot],
+            lambda _stage: None,
+            root,
+            set(),
+        )
+        log_dir = str(_log_dir(root, plan.seq, plan.config))
+        link_launch(store, series_id, log_dir, plan.commit, plan.ordinal)
+        done = Measured(plan.commit, plan.ordinal, result.value, result.reason)
+        if on_done is not None:
+            on_done(done)
+        return done
+
+    def work(plans: list[Planned]) -> list[Measured]:
         slot = free.get()
         try:
-            request = LaunchRequest(plan.ordinal, plan.config, Purpose.WATCH)
-            result: LaunchResult = _measure(
-                target(slot),
-                store,
-                None,
-                plan.seq,
-                request,
-                experiments[slot],
-                lambda _stage: None,
-                root,
-                set(),
-            )
-            log_dir = str(_log_dir(root, plan.seq, plan.config))
-            link_launch(store, series_id, log_dir, plan.commit, plan.ordinal)
-            done = Measured(plan.commit, plan.ordinal, result.value, result.reason)
-            if on_done is not None:
-                on_done(done)
-            return done
+            return [launch(slot, plan) for plan in plans]
         finally:
             free.put(slot)
 
+    by_commit: dict[str, list[Planned]] = {}
+    for plan in planned:
+        by_commit.setdefault(plan.commit, []).append(plan)
+    units = list(by_commit.values())
+    # The first commit alone: a target's first launch makes perfbisect's clone of the
+    # repository, which two first launches at once would both make (as a session's endpoints,
+    # launched one at a time, do before its parallel search).
+    first: list[Measured] = []
+    if units:
+        try:
+            first = work(units.pop(0))
+        except BaseException:
+            for t in targets.values():
+                t.close()
+            raise
     pool = ThreadPoolExecutor(max_workers=len(experiments), thread_name_prefix="watch")
-    futures = [pool.submit(work, p) for p in planned]
+    futures = [pool.submit(work, plans) for plans in units]
     try:
-        return [f.result() for f in futures]
+        return first + [m for f in futures for m in f.result()]
     except BaseException:
         for f in futures:
             f.cancel()
