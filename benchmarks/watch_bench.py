@@ -15,8 +15,9 @@ Measured per tuning:
   would have acted on each) on a flat series, and on a slow creep (+0.1% per point: +20% over 200 points);
 - *bisection*: of the detected steps, the share whose bisection between the last point before
   and the first after the change point names the commit of the step (perfbisect's engine on the
-  same simulated machine; beside it `git bisect run` with one launch per commit, and a fixed 5
-  launches per commit).
+  same simulated machine, from one series point before the change point's to one after, as
+  `bisect start --from-change` does; beside it `git bisect run` with one launch per commit,
+  and with a fixed 5 launches per commit, over the same range).
 
     python benchmarks/watch_bench.py [--series 40] [--points 200] [--every 8] [--seed 1]
 """
@@ -184,10 +185,10 @@ def run_engine(world: World, series: set[int]) -> Result:
 
 
 STRATEGIES: list[tuple[str, int, Callable[[World, set[int]], Result]]] = [
-    ("perfbisect --from-change", 0, run_engine),
-    ("perfbisect --from-change, 1 point of margin", 1, run_engine),
-    ("git bisect run (1 launch)", 0, lambda w, _s: run_plain(w, 0, 1)),
-    ("git bisect run, fixed 5 launches", 0, lambda w, _s: run_plain(w, 0, 5)),
+    ("perfbisect --from-change (1 point of margin, the default)", 1, run_engine),
+    ("perfbisect, no margin", 0, run_engine),
+    ("git bisect run (1 launch), same range", 1, lambda w, _s: run_plain(w, 0, 1)),
+    ("git bisect run, fixed 5 launches, same range", 1, lambda w, _s: run_plain(w, 0, 5)),
 ]
 
 
