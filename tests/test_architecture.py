@@ -205,7 +205,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("targets",),
     ("executors",),
     ("bisect",),
-    ("formatting", "html_chart", "html_report", "demo"),
+    ("formatting", "html_chart", "html_report", "demo", "watch"),
     ("cli", "__main__"),
 )
 # Declarations the experiment file is checked against: the launch methods' names and each

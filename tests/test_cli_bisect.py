@@ -129,7 +129,7 @@ def test_database_rows_are_complete(cli: Cli, tmp_path: Path) -> None:
         in db.execute("select experiment_text from sessions").fetchone()[0]
     )
     assert db.execute("select journal_mode from pragma_journal_mode").fetchone()[0] == "wal"
-    assert db.execute("select version_num from alembic_version").fetchone()[0] == "0002"
+    assert db.execute("select version_num from alembic_version").fetchone()[0] == "0003_watch"
     assert n_launches >= 5
 
 

@@ -43,6 +43,7 @@ from perfbisect.store.history import (
     session_steps,
 )
 from perfbisect.store.models import utcnow
+from perfbisect.store.watch import watch_reusable
 from perfbisect.targets.base import Target
 
 
@@ -128,7 +129,7 @@ def _replayed(view: LaunchView) -> LaunchResult:
 def _measure(
     target: Target,
     store: Store,
-    session_id: int,
+    session_id: int | None,  # None: a watcher's launch (perfbisect/watch)
     seq: int,
     request: LaunchRequest,
     experiment: Experiment,
@@ -204,13 +205,23 @@ def _reuse_pool(
     if options.reuse_days <= 0:
         return {}
     since = datetime.utcnow() - timedelta(days=options.reuse_days)
-    return reusable_launches(
+    pool = reusable_launches(
         store,
         exclude_session=session_id,
         experiment_sha256=_digest(experiment.text),
         metric=experiment.metric.name,
         since=since,
     )
+    # and what watchers of this experiment measured (`perfbisect watch`)
+    watched = watch_reusable(
+        store,
+        experiment_sha256=_digest(experiment.text),
+        metric=experiment.metric.name,
+        since=since,
+    )
+    for fingerprint, launches in watched.items():
+        pool.setdefault(fingerprint, []).extend(launches)
+    return pool
 
 
 def _reuse(
@@ -243,7 +254,9 @@ def _record_reused(
             samples=reused.samples,
             value=reused.value,
             flags=[
-                f"reused from launch {reused.launch_id} (session {reused.session_id}, "
+                f"reused from launch {reused.launch_id} ("
+                + (f"session {reused.session_id}" if reused.session_id else "watch series")
+                + ", "
                 f"{reused.started_at.isoformat(timespec='seconds')}Z, host {reused.host})"
             ],
         ),
@@ -252,7 +265,7 @@ def _record_reused(
 
 
 def _record(
-    session_id: int, seq: int, request: LaunchRequest, experiment: Experiment
+    session_id: int | None, seq: int, request: LaunchRequest, experiment: Experiment
 ) -> records.LaunchRecord:
     """The part of a launch's record that its request alone decides."""
     config = request.config

@@ -133,8 +133,10 @@ def start(
     progress: Progress | None = None,
     wait: records.HostWait | None = None,
     host: HostOptions | None = None,
+    from_change: int | None = None,
 ) -> Report:
-    """Validate everything, create the session, run it. Bad input stores nothing."""
+    """Validate everything, create the session, run it. Bad input stores nothing.
+    ``from_change``: the change point of a watched series this session bisects."""
     host = host or HostOptions()
     experiment = host.apply(load_experiment(experiment_path))
     endpoints = resolve_endpoints(good, bad, experiment)
@@ -150,6 +152,7 @@ def start(
         # databases (the demo's and the default) both have a session 1.
         "log_key": uuid.uuid4().hex[:12],
         "host_options": host.as_json(),
+        **({"from_change": from_change} if from_change is not None else {}),
     }
     session_id = records.claim_new_session(
         store,

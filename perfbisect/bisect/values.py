@@ -18,6 +18,7 @@ class Purpose(str, Enum):
     VERIFY = "verify"
     CONFIRM = "confirm"  # a full-model launch confirming a proxy search's culprit
     BASELINE = "baseline"  # an endpoint with and without speculative decoding
+    WATCH = "watch"  # a commit of a watched branch (perfbisect watch), not a bisection's
 
 
 class Status(str, Enum):

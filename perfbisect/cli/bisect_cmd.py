@@ -68,13 +68,22 @@ def _run(as_json: bool, call: Callable[[Any], Report]) -> Report:
 @app.command()
 def start(
     ctx: typer.Context,
-    good: str = typer.Option(
-        ...,
+    good: str | None = typer.Option(
+        None,
         "--good",
         metavar="<spec>",
         help="Good configuration: 'v1.2' or 'commit=v1.2,flag=a'.",
     ),
-    bad: str = typer.Option(..., "--bad", metavar="<spec>", help="Bad configuration, same syntax."),
+    bad: str | None = typer.Option(
+        None, "--bad", metavar="<spec>", help="Bad configuration, same syntax."
+    ),
+    from_change: int | None = typer.Option(
+        None,
+        "--from-change",
+        metavar="<id>",
+        help="Bisect a change point of a watched series (see `query changes`) instead of "
+        "--good/--bad: from the last commit before it to the first after it.",
+    ),
     config: Path = typer.Option(
         Path("perfbisect.toml"), "-c", "--config", metavar="<file>", help="Experiment file."
     ),
@@ -142,6 +151,12 @@ def start(
     if threshold_ms is not None and not threshold_ms > 0:
         raise UsageError(f"--threshold-ms {threshold_ms:g}: must be above 0 ms")
     host = HostOptions(ssh_config, accept_new_host_key)
+    if from_change is not None or good is None or bad is None:
+        from perfbisect.cli.watch_cmd import endpoints_from_change
+
+        good, bad, threshold_ms = endpoints_from_change(
+            ctx, from_change, good, bad, config, threshold_ms
+        )
     if dry_run:
         from perfbisect.bisect.session import dry_run as plan
         from perfbisect.cli.render import render_dry_run
@@ -177,6 +192,7 @@ def start(
             progress=progress,
             wait=_host_wait(no_wait),
             host=host,
+            from_change=from_change,
         ),
     )
     _finish(report, as_json, plot)

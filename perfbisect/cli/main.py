@@ -17,6 +17,7 @@ from perfbisect.cli import (
     probe_cmd,
     query_cmd,
     sglang_cmd,
+    watch_cmd,
 )
 from perfbisect.cli.context import Context
 
@@ -35,6 +36,7 @@ app.add_typer(probe_cmd.app, name="probe")
 app.add_typer(cache_cmd.app, name="cache")
 app.add_typer(sglang_cmd.app, name="sglang")
 app.command("demo")(demo_cmd.demo)
+app.command("watch")(watch_cmd.watch)
 
 
 def _version_text() -> str:

@@ -262,3 +262,8 @@ def compare(
         )
     else:
         typer.echo("environment snapshots: identical")
+
+
+from perfbisect.cli.changes_cmd import changes  # noqa: E402  (its own module: continuous mode)
+
+app.command("changes")(changes)

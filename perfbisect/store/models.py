@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -142,3 +142,48 @@ class ProbeRun(Base):
     snapshot_id: Mapped[int | None] = mapped_column(ForeignKey("env_snapshots.id"), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     result: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class WatchSeries(Base):
+    """A watched branch's measurements on one class of host, for one experiment file
+    (``perfbisect watch``): its points are launches of kind ``watch``."""
+
+    __tablename__ = "watch_series"
+    __table_args__ = (UniqueConstraint("branch", "host_class", "experiment_sha256"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    branch: Mapped[str] = mapped_column(String(255))
+    host_class: Mapped[str] = mapped_column(String(255))
+    experiment_sha256: Mapped[str] = mapped_column(String(64))
+    experiment_path: Mapped[str] = mapped_column(Text)
+    metric: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class WatchLaunch(Base):
+    """One launch of a series' commit (a commit has a few)."""
+
+    __tablename__ = "watch_launches"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    series_id: Mapped[int] = mapped_column(ForeignKey("watch_series.id"), index=True)
+    launch_id: Mapped[int] = mapped_column(ForeignKey("launches.id"))
+    commit: Mapped[str] = mapped_column(String(64))
+    ordinal: Mapped[int] = mapped_column(Integer)  # place on the branch's first-parent chain
+
+
+class ChangePointRow(Base):
+    """A change point found in a series, kept by (series, first commit after it) so that its
+    id stays the same across analyses; ``status`` says whether the latest analysis still
+    finds it."""
+
+    __tablename__ = "change_points"
+    __table_args__ = (UniqueConstraint("series_id", "commit_after"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    series_id: Mapped[int] = mapped_column(ForeignKey("watch_series.id"), index=True)
+    commit_before: Mapped[str] = mapped_column(String(64))
+    commit_after: Mapped[str] = mapped_column(String(64))
+    ordinal_after: Mapped[int] = mapped_column(Integer)
+    detected_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    status: Mapped[str] = mapped_column(String(16))  # found | withdrawn
+    stats: Mapped[dict[str, Any]] = mapped_column(JSON)

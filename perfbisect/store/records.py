@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from perfbisect.errors import SessionBusy, SessionNotFound, StoreError
@@ -78,20 +79,37 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _insert_unless_there(db: Session, row: Any) -> None:
+    """Insert ``row`` whose unique key another process may be inserting at this moment (two
+    watchers of one database measuring the same commit): on PostgreSQL the loser's insert
+    fails on the key and is rolled back to a savepoint, its transaction going on; SQLite
+    serialises writers, so no two can race there."""
+    if db.get_bind().dialect.name == "sqlite":
+        db.add(row)
+        db.flush()
+        return
+    try:
+        with db.begin_nested():
+            db.add(row)
+            db.flush()
+    except IntegrityError:
+        pass  # the other process's row is the same
+
+
 def ensure_configuration(
     db: Session, fingerprint: str, axes: Mapping[str, str], context: str
 ) -> None:
     if db.get(ConfigurationRow, fingerprint) is None:
-        db.add(ConfigurationRow(fingerprint=fingerprint, axes=dict(axes), context=context))
-        db.flush()
+        _insert_unless_there(
+            db, ConfigurationRow(fingerprint=fingerprint, axes=dict(axes), context=context)
+        )
 
 
 def _host(db: Session, name: str, address: str) -> Host:
     host = db.scalars(select(Host).where(Host.name == name)).first()
     if host is None:
-        host = Host(name=name, address=address)
-        db.add(host)
-        db.flush()
+        _insert_unless_there(db, Host(name=name, address=address))
+        host = db.scalars(select(Host).where(Host.name == name)).one()
     return host
 
 
