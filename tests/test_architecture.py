@@ -205,6 +205,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("targets",),
     ("executors",),
     ("bisect",),
+    ("explain",),
     ("formatting", "html_report", "demo"),
     ("cli", "__main__"),
 )

@@ -61,7 +61,7 @@ def start_in_background(cli: Cli, good: str, bad: str) -> subprocess.Popen[str]:
 def check_views(cli: Cli, session: int, code: int = 0) -> dict[str, Any]:
     """report --json, report, status --json, status, log --json agree, for any session."""
     report = cli.json("bisect", "report", str(session), "--json", codes=(code,))
-    assert report["report_version"] == 2
+    assert report["report_version"] == 3
     culprit = report["culprit"]
     if culprit:
         point = next(p for p in report["path"] if p["position"] == culprit["position"])

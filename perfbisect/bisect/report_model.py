@@ -20,7 +20,7 @@ from perfbisect.bisect.baseline import SpeedupRow
 from perfbisect.bisect.stats import Difference, Verdict
 from perfbisect.targets.gitrepo import CommitInfo
 
-REPORT_VERSION = 2
+REPORT_VERSION = 3  # 3: `why`, the explanation of the culprit (bisect explain)
 
 
 class ReportStatus(str, Enum):
@@ -292,6 +292,9 @@ class Report:
     creep: tuple[Unresolved, ...] = ()  # level movement outside the steps, in no one step
     speculation: tuple[SpeedupRow, ...] = ()  # baseline = true: with/without speculation
     fidelity: Fidelity | None = None  # proxy launches: what they were, what the full model said
+    # `bisect explain`'s result as JSON (perfbisect/explain/model.py `Explanation.to_json`,
+    # versioned by its own `explanation_version`); None until the culprit is explained.
+    why: dict[str, Any] | None = None
     report_version: int = REPORT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)  # fields of a newer version, kept
 
@@ -340,6 +343,7 @@ class Report:
             "creep": [u.to_json() for u in self.creep],
             "speculation": [r.to_json() for r in self.speculation],
             "fidelity": self.fidelity.to_json() if self.fidelity else None,
+            "why": self.why,
             **self.extra,
         }
 
@@ -385,6 +389,7 @@ class Report:
             creep=tuple(Unresolved.from_json(u) for u in data.get("creep", [])),
             speculation=tuple(SpeedupRow.from_json(r) for r in data.get("speculation", [])),
             fidelity=Fidelity.from_json(data.get("fidelity")),
+            why=data.get("why"),
             report_version=int(data.get("report_version", 1)),
             extra={k: v for k, v in data.items() if k not in known},
         )

@@ -18,6 +18,7 @@ class Purpose(str, Enum):
     VERIFY = "verify"
     CONFIRM = "confirm"  # a full-model launch confirming a proxy search's culprit
     BASELINE = "baseline"  # an endpoint with and without speculative decoding
+    EXPLAIN = "explain"  # a diagnostic launch of `bisect explain`: never counts toward a verdict
 
 
 class Status(str, Enum):

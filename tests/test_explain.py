@@ -1,0 +1,209 @@
+"""`perfbisect bisect explain`: diagnostic launches of the reference server (real torch on
+CPU, real profiler traces, real git history, real tmux), the NCCL log parser, the change's
+functions from git, kernel-name grouping."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import Cli, make_repo
+
+from perfbisect.explain.change import parse_diff
+from perfbisect.explain.groups import group_of, nccl_kernel
+from perfbisect.explain.nccl_log import not_taken, parse
+from perfbisect.targets.reference.target import SERVER
+
+DATA = Path(__file__).parent / "data"
+
+EXPERIMENT = """
+[target]
+kind = "reference"
+repo = "repo"
+tp = {tp}
+hidden = 256
+max_seq = 640
+prompt = 320
+cycles = 14
+warmup = 2
+timeout_s = 180
+
+[explain]
+launches = 1
+cycles = 6
+skip = 3
+"""
+
+# The planted work: extra matrix products inside Rank.verify's timed region (on CPU).
+VERIFY_HEAD = "            t0 = time.perf_counter_ns()\n"
+EXTRA_MATMULS = (
+    "            t0 = time.perf_counter_ns()\n"
+    "            spare = self.model.layers[0]['up']\n"
+    "            probe = self.model.embed[:64]\n"
+    "            for _ in range({count}):  # a debug consistency check left in\n"
+    "                probe = (probe @ spare)[:, :256]\n"
+)
+
+
+def _server(extra: str) -> str:
+    text = SERVER.read_text()
+    assert VERIFY_HEAD in text
+    return text.replace(VERIFY_HEAD, extra, 1)
+
+
+# ---- parsers and classifiers (no launch) ----------------------------------------------------
+
+
+def test_nccl_log_parser_reads_versions_variables_and_communicators() -> None:
+    processes = parse((DATA / "nccl_info_tp2.log").read_text().splitlines())
+    assert [p.pid for p in processes] == [4101, 4102]
+    first, second = processes
+    assert first.version == "2.21.5+cuda12.4"
+    assert second.version == "2.21.5+cuda12.4"  # from rank 0's bare line: it printed none
+    assert first.taken == {"NCCL_SOCKET_IFNAME": "lo", "NCCL_IB_HCA": "mlx5_0"}
+    assert second.taken["NCCL_PROTO"] == "LL"
+    (comm,) = first.communicators
+    assert (comm.rank, comm.nranks, comm.cuda_dev, comm.tid) == (0, 2, 0, 4101)
+    assert len(second.communicators) == 2  # two communicators in one process
+    # the seed's failure: NCCL_PROTO in rank 0's environment, not taken by its communicator
+    env = {"NCCL_PROTO": "LL", "NCCL_SOCKET_IFNAME": "lo", "NCCL_DEBUG": "INFO"}
+    assert not_taken(first, env) == ["NCCL_PROTO"]
+    assert not_taken(second, env) == []
+
+
+def test_kernel_names_group_and_nccl_names_give_algorithm_and_protocol() -> None:
+    assert group_of("aten::mm") == "GEMM"
+    assert group_of("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64") == "GEMM"
+    assert (
+        group_of("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)")
+        == "all-reduce"
+    )
+    assert group_of("cross_device_reduce_1stage<__nv_bfloat16, 2>") == "all-reduce"
+    assert group_of("fused_moe_kernel") == "MoE"
+    assert group_of("flash_fwd_kernel") == "attention"
+    assert group_of("Memcpy DtoH (Device -> Pinned)") == "memcpy"
+    assert group_of("aten::_local_scalar_dense") == "synchronisation"
+    assert group_of("aten::gelu") == "elementwise"
+    ring = nccl_kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)")
+    assert ring is not None and (ring.operation, ring.algorithm, ring.protocol) == (
+        "AllReduce",
+        "RING",
+        "LL",
+    )
+    tree = nccl_kernel("ncclDevKernel_AllReduce_Sum_f32_TREE_SIMPLE")
+    assert tree is not None and (tree.algorithm, tree.protocol) == ("TREE", "SIMPLE")
+    assert nccl_kernel("aten::mm") is None
+
+
+def test_the_change_names_the_functions_it_touched(tmp_path: Path) -> None:
+    from perfbisect.targets.gitrepo import GitRepo
+
+    repo = make_repo(
+        tmp_path / "repo",
+        [
+            {"server.py": SERVER.read_text(), "README": "x\n"},
+            {"server.py": _server(EXTRA_MATMULS.format(count=2)), "README": "y\n"},
+        ],
+    )
+    git = GitRepo(repo.path)
+    files = parse_diff(git.diff(*repo.shas), lambda path: git.show(repo.shas[1], path))
+    by_path = {f.path: f for f in files}
+    assert by_path["server.py"].functions == ("Rank.verify",)
+    assert by_path["server.py"].added == 4 and by_path["server.py"].removed == 0
+    assert "speculative/verify" in by_path["server.py"].flags
+    assert by_path["README"].flags == ()
+
+
+# ---- through the CLI, real launches ---------------------------------------------------------
+
+torch_missing = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None, reason="torch is not installed"
+)
+
+
+@torch_missing
+def test_an_extra_matmul_in_verify_is_the_top_finding(cli: Cli, tmp_path: Path) -> None:
+    """bisect start finds the commit, explains it by default (one diagnostic launch a side),
+    and the top finding is the operator the commit added, with its share of the delta."""
+    repo = make_repo(
+        tmp_path / "repo",
+        [{"server.py": SERVER.read_text()}, {"server.py": _server(EXTRA_MATMULS.format(count=40))}],
+    )
+    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT.format(tp=1))
+    report = cli.bisect(repo.shas[0], repo.shas[1], timeout=900)
+    assert report["status"] == "found", report["message"]
+    why = report["why"]
+    assert why is not None and report["report_version"] == 3
+    top = why["findings"][0]
+    assert top["kind"] == "operator" and "aten::mm" in top["title"], why["findings"]
+    assert top["share"] > 0.3, top  # the planted products dominate the verify delta
+    assert any(
+        f["kind"] == "change" and "Rank.verify" in f["title"] and "speculative/verify" in f["title"]
+        for f in why["findings"]
+    ), why["findings"]
+    assert why["bad"]["groups"]["GEMM"] > why["good"]["groups"]["GEMM"]
+    for side in ("good", "bad"):
+        assert why[side]["traces"] and all(Path(t).exists() for t in why[side]["traces"])
+    assert any("NCCL" in line for line in why["not_measured"])  # CPU: said, not guessed
+    assert why["cost"]["extra_s_per_launch"] is not None  # against the search's own launches
+    # the diagnostic launches are in the history with their purpose, outside every verdict
+    log = cli.json("bisect", "log", "--json")
+    explained = [v for v in log if v["purpose"] == "explain"]
+    assert len(explained) == 2
+    assert report["culprit"]["first_bad"]["commit"] == repo.shas[1]
+    text = cli.run("bisect", "report")
+    assert text.returncode == 0, text.stderr
+
+
+@torch_missing
+@pytest.mark.skipif(not shutil.which("tmux"), reason="tmux is not installed")
+def test_a_launch_axis_difference_names_the_variable_and_where_it_reached(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """Same commit, launched directly (good) and in tmux (bad): the tmux server's global
+    environment, frozen when it started, carries REF_VERIFY_EXTRA into the bad side's ranks."""
+    server = _server(EXTRA_MATMULS.format(count="int(os.environ.get('REF_VERIFY_EXTRA', '0'))"))
+    repo = make_repo(tmp_path / "repo", [{"server.py": server}])
+    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT.format(tp=2))
+    sockets = tmp_path / "tmux"
+    sockets.mkdir()
+    env = {**cli.env, "TMUX_TMPDIR": str(sockets)}
+    env.pop("TMUX", None)
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", "keeper"],
+        env={**env, "REF_VERIFY_EXTRA": "40"},
+        check=True,
+        timeout=30,
+    )
+    try:
+        result = Cli(env, cli.cwd).run(
+            "bisect",
+            "explain",
+            "--good",
+            f"commit={repo.shas[0]},launch=direct",
+            "--bad",
+            f"commit={repo.shas[0]},launch=tmux",
+            "--json",
+            timeout=900,
+        )
+    finally:
+        subprocess.run(["tmux", "kill-server"], env=env, capture_output=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    why = json.loads(result.stdout)
+    named = [f for f in why["findings"] if "REF_VERIFY_EXTRA" in f["title"]]
+    assert named and named[0]["kind"] == "environment", why["findings"]
+    assert "REF_VERIFY_EXTRA=40 in the bad side's rank process(es) 0, 1" in named[0]["title"]
+    assert "no REF_VERIFY_EXTRA in the good side's" in named[0]["title"]
+    assert "launch: direct -> tmux" in named[0]["title"]
+    assert why["cost"]["extra_s_per_launch"] is None  # no ordinary launch to compare with
+    history = cli.json("query", "history", "--json")
+    assert [h["purpose"] for h in history] == ["explain", "explain"]
+    # the text view: the same finding, on one line, with its evidence
+    text = Cli(env, cli.cwd).run("bisect", "explain", "--good", "x", timeout=60)
+    assert text.returncode == 2 and "--good and --bad" in text.stderr
+    assert os.environ.get("REF_VERIFY_EXTRA") is None
