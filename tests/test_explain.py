@@ -155,6 +155,8 @@ def test_an_extra_matmul_in_verify_is_the_top_finding(cli: Cli, tmp_path: Path) 
     log = cli.json("bisect", "log", "--json")
     explained = [v for v in log if v["purpose"] == "explain"]
     assert len(explained) == 2
+    status = cli.json("bisect", "status", "--json")
+    assert status["explain_launches"] == 2 and status["launches"] == report["launches"]
     assert report["culprit"]["first_bad"]["commit"] == repo.shas[1]
     text = cli.run("bisect", "report")
     assert text.returncode == 0, text.stderr
