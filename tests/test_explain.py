@@ -160,6 +160,16 @@ def test_an_extra_matmul_in_verify_is_the_top_finding(cli: Cli, tmp_path: Path) 
     assert report["culprit"]["first_bad"]["commit"] == repo.shas[1]
     text = cli.run("bisect", "report")
     assert text.returncode == 0, text.stderr
+    assert "why (" in text.stdout and "aten::mm (GEMM)" in text.stdout
+    page = tmp_path / "report.html"
+    assert cli.run("bisect", "report", "--html", str(page)).returncode in (0,)
+    assert "Why (bisect explain)" in page.read_text() and "aten::mm" in page.read_text()
+    # explaining the session again, from the CLI, replaces its why with the new launches'
+    again = cli.json("bisect", "explain", "--launches", "1", "--json", timeout=600)
+    assert again["session_id"] == report["session"] and again["findings"][0]["kind"] == "operator"
+    assert len([v for v in cli.json("bisect", "log", "--json") if v["purpose"] == "explain"]) == 4
+    stored = cli.json("bisect", "report", "--json")
+    assert stored["why"]["good"]["launch_ids"] == again["good"]["launch_ids"]
 
 
 @torch_missing
@@ -209,3 +219,17 @@ def test_a_launch_axis_difference_names_the_variable_and_where_it_reached(
     text = Cli(env, cli.cwd).run("bisect", "explain", "--good", "x", timeout=60)
     assert text.returncode == 2 and "--good and --bad" in text.stderr
     assert os.environ.get("REF_VERIFY_EXTRA") is None
+
+
+def test_explain_refuses_bad_input_with_one_line(cli: Cli, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo", [{"server.py": SERVER.read_text()}, {"x": "1"}])
+    (tmp_path / "perfbisect.toml").write_text(
+        EXPERIMENT.format(tp=1).replace("launches = 1", "launches = 0")
+    )
+    bad = cli.run("bisect", "explain", "--good", repo.shas[0], "--bad", repo.shas[1])
+    assert bad.returncode == 2 and "explain.launches" in bad.stderr and "at least 1" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT.format(tp=1))
+    none = cli.run("bisect", "explain")  # no session in this database
+    assert none.returncode != 0 and "session" in none.stderr
+    assert cli.json("query", "history", "--json") == []  # nothing half-written
