@@ -233,3 +233,130 @@ def test_explain_refuses_bad_input_with_one_line(cli: Cli, tmp_path: Path) -> No
     none = cli.run("bisect", "explain")  # no session in this database
     assert none.returncode != 0 and "session" in none.stderr
     assert cli.json("query", "history", "--json") == []  # nothing half-written
+
+
+def _gpu_trace(path: Path, graph: bool) -> Path:
+    """A test double for a GPU profile (no GPU here): the event shapes PyTorch's profiler
+    writes for CUDA (cpu_op, cuda_runtime launches, kernels joined by correlation id), two
+    verify ranges, the first of which is left out as the profiler's warm-up."""
+    events: list[dict[str, object]] = []
+    corr = 0
+    for start in (0.0, 10_000.0, 20_000.0):
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "perfbisect.verify",
+                "pid": 1,
+                "tid": 1,
+                "ts": start,
+                "dur": 5_000.0,
+            }
+        )
+        if graph:
+            launches = [
+                (
+                    "cudaGraphLaunch",
+                    "aten::copy_",
+                    ["gemm_kernel"] * 40 + ["ncclDevKernel_AllReduce_Sum_bf16_RING_LL"] * 8,
+                )
+            ]
+        else:
+            launches = [
+                (
+                    "cudaLaunchKernel",
+                    "nccl:all_reduce",
+                    ["ncclDevKernel_AllReduce_Sum_bf16_TREE_SIMPLE"],
+                )
+            ] * 8 + [("cudaLaunchKernel", "aten::mm", ["gemm_kernel"])] * 40
+        gpu_t = start + 100.0
+        host_t = start + 10.0
+        for runtime, op, kernels in launches:
+            corr += 1
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": op,
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": host_t,
+                    "dur": 8.0,
+                }
+            )
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": runtime,
+                    "pid": 1,
+                    "tid": 1,
+                    "ts": host_t + 1,
+                    "dur": 5.0,
+                    "args": {"correlation": corr},
+                }
+            )
+            for name in kernels:
+                events.append(
+                    {
+                        "ph": "X",
+                        "cat": "kernel",
+                        "name": name,
+                        "pid": 0,
+                        "tid": 7,
+                        "ts": gpu_t,
+                        "dur": 20.0,
+                        "args": {"correlation": corr},
+                    }
+                )
+                gpu_t += 20.0 if graph else 30.0  # eager: 10 us idle between kernels
+            host_t += 10.0
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_gpu_trace_summary_counts_kernels_idle_time_and_nccl_per_call_site(tmp_path: Path) -> None:
+    from perfbisect.explain.trace import summarise
+
+    graph = summarise(_gpu_trace(tmp_path / "graph.json", graph=True))
+    eager = summarise(_gpu_trace(tmp_path / "eager.json", graph=False))
+    assert graph is not None and eager is not None
+    assert graph.device == eager.device == "cuda" and graph.verifies == eager.verifies == 2
+    assert graph.kernels_per_verify == eager.kernels_per_verify == 48
+    assert graph.gpu_idle_ms_per_verify == 0.0
+    assert eager.gpu_idle_ms_per_verify == pytest.approx(47 * 0.010)  # 47 gaps of 10 us
+    (replayed,) = graph.nccl
+    assert (replayed.call_site, replayed.algorithm, replayed.protocol) == (
+        "aten::copy_",
+        "RING",
+        "LL",
+    )
+    (eager_ar,) = eager.nccl
+    assert (eager_ar.call_site, eager_ar.algorithm, eager_ar.protocol) == (
+        "nccl:all_reduce",
+        "TREE",
+        "SIMPLE",
+    )
+    assert eager_ar.calls_per_verify == 8
+    assert graph.groups["all-reduce"] == pytest.approx(8 * 0.020)
+    assert graph.groups["GEMM"] == pytest.approx(40 * 0.020)
+
+
+def test_a_command_target_without_a_profile_says_what_was_not_measured(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """--no-explain keeps bisect start to the search; explaining afterwards a target that
+    loads no profiler names what could not be measured and states no operator finding."""
+    from conftest import EXPERIMENT as COMMAND_EXPERIMENT
+    from conftest import value_repo
+
+    repo = value_repo(tmp_path / "repo", [10.0, 10.0, 30.0])
+    (tmp_path / "perfbisect.toml").write_text(COMMAND_EXPERIMENT)
+    report = cli.bisect(repo.shas[0], repo.shas[-1], "--no-explain")
+    assert report["status"] == "found" and report["why"] is None
+    assert all(v["purpose"] != "explain" for v in cli.json("bisect", "log", "--json"))
+    why = cli.json("bisect", "explain", "--json")
+    assert not [f for f in why["findings"] if f["kind"] == "operator"]
+    assert any("kernel/operator profile of the bad side" in n for n in why["not_measured"])
+    assert [f["kind"] for f in why["findings"]] == ["change"]
+    assert "value" in why["findings"][0]["title"]
