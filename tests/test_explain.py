@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -360,3 +361,71 @@ def test_a_command_target_without_a_profile_says_what_was_not_measured(
     assert any("kernel/operator profile of the bad side" in n for n in why["not_measured"])
     assert [f["kind"] for f in why["findings"]] == ["change"]
     assert "value" in why["findings"][0]["title"]
+
+
+SGLANG_CYCLES = """
+import site, sys
+sys.path.insert(0, sys.argv[2])
+site.addsitedir(sys.argv[1])  # processes the .pth, as site-packages would at start-up
+from sglang.srt.model_executor.model_runner import ModelRunner
+
+class Mode:
+    def __init__(self, verify, extend=False): self.verify, self.extend = verify, extend
+    def is_target_verify(self): return self.verify
+    def is_draft_extend(self): return self.extend
+
+class Batch:
+    def __init__(self, verify, extend=False): self.batch_size, self.forward_mode = 2, Mode(verify, extend)
+
+target, draft = ModelRunner(0), ModelRunner(0, is_draft_worker=True)
+for cycle in range(4):  # draft, verify, draft-extend: EAGLE's cycle
+    draft.forward(Batch(False))
+    target.forward(Batch(True))
+    draft.forward(Batch(False, extend=True))
+"""
+
+
+@torch_missing
+def test_the_sglang_boot_hook_profiles_whole_cycles_with_their_stages(tmp_path: Path) -> None:
+    """The verify timer's boot module (installed by .pth, as in an SGLang build) runs the
+    profiler from verify skip+1 for K cycles and marks draft, verify and draft-extend, against
+    a module at SGLang's import path (the stand-in test_sglang_timer uses)."""
+    from test_sglang_timer import _fake_sglang
+
+    from perfbisect.explain.trace import summarise
+    from perfbisect.hosts.local import LocalHost
+    from perfbisect.targets.sglang.timer import install_timer
+
+    site_dir = tmp_path / "site"
+    install_timer(LocalHost(), str(site_dir))
+    fake = _fake_sglang(tmp_path, "object")
+    profile = tmp_path / "profile"
+    env = {
+        **os.environ,
+        "PERFBISECT_VERIFY_TIMER_DIR": str(tmp_path / "timing"),
+        "PERFBISECT_PROFILE_DIR": str(profile),
+        "PERFBISECT_PROFILE_SKIP": "1",
+        "PERFBISECT_PROFILE_CYCLES": "2",
+        "PERFBISECT_TEST_SECRET_TOKEN": "hunter2",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", SGLANG_CYCLES, str(site_dir), str(fake)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    (trace,) = profile.glob("trace.rank0.*.json")
+    summary = summarise(trace)
+    assert summary is not None and summary.device == "cpu"
+    # verifies 2 and 3 profiled (the first left out as warm-up): one whole cycle remains
+    assert summary.verifies == 1
+    assert set(summary.stage_ms) == {"verify", "draft", "draft_extend"}
+    (process,) = profile.glob("process.rank0.*.json")
+    record = json.loads(process.read_text())
+    assert record["env"]["PERFBISECT_TEST_SECRET_TOKEN"] == "<withheld>"  # never the value
+    assert record["affinity"] and "hunter2" not in process.read_text()
+    # the timer kept timing every verify meanwhile
+    (timing,) = (tmp_path / "timing").glob("verify.rank0.*.jsonl")
+    assert len(timing.read_text().splitlines()) == 4
