@@ -211,6 +211,7 @@ def test_a_launch_axis_difference_names_the_variable_and_where_it_reached(
     named = [f for f in why["findings"] if "REF_VERIFY_EXTRA" in f["title"]]
     assert named and named[0]["kind"] == "environment", why["findings"]
     assert "REF_VERIFY_EXTRA=40 in the bad side's rank process(es) 0, 1" in named[0]["title"]
+    assert why["good"]["allreduce_paths"] == ["gloo"]  # TP=2 on CPU: gloo, read from the trace
     assert "no REF_VERIFY_EXTRA in the good side's" in named[0]["title"]
     assert "launch: direct -> tmux" in named[0]["title"]
     assert why["cost"]["extra_s_per_launch"] is None  # no ordinary launch to compare with
@@ -341,6 +342,8 @@ def test_gpu_trace_summary_counts_kernels_idle_time_and_nccl_per_call_site(tmp_p
     assert eager_ar.calls_per_verify == 8
     assert graph.groups["all-reduce"] == pytest.approx(8 * 0.020)
     assert graph.groups["GEMM"] == pytest.approx(40 * 0.020)
+    assert graph.allreduce_paths == ("NCCL via pynccl or a CUDA graph replay",)
+    assert eager.allreduce_paths == ("NCCL via torch.distributed",)
 
 
 def test_a_command_target_without_a_profile_says_what_was_not_measured(

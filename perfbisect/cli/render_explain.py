@@ -82,6 +82,9 @@ def render_why(why: Mapping[str, Any]) -> None:
                 for g in groups
             ],
         )
+    for side in (good, bad):
+        if side["allreduce_paths"]:
+            out.print(f"  all-reduce path ({side['label']}): {', '.join(side['allreduce_paths'])}")
     nccl = [(side["label"], p) for side in (good, bad) for p in side["nccl"]]
     if nccl:
         render_rows(

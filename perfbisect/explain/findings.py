@@ -177,6 +177,21 @@ def nccl_findings(good: Side, bad: Side) -> list[Finding]:
     return out
 
 
+def allreduce_findings(good: Side, bad: Side) -> list[Finding]:
+    if not good.traces or not bad.traces or good.allreduce_paths == bad.allreduce_paths:
+        return []
+    return [
+        Finding(
+            "nccl",
+            f"all-reduce path: {', '.join(good.allreduce_paths) or 'none'} -> "
+            f"{', '.join(bad.allreduce_paths) or 'none'}",
+            None,
+            None,
+            "profiler traces (all-reduce operators and kernels, their call sites)",
+        )
+    ]
+
+
 def _taken(side: Side) -> dict[str, str]:
     values: dict[str, set[str]] = defaultdict(set)
     for process in side.nccl:

@@ -38,6 +38,7 @@ class Side:
     gpu_idle_ms_per_verify: float | None
     graph_fraction: float | None  # verify cycles in CUDA graphs, from the verify timer
     device: str | None
+    allreduce_paths: tuple[str, ...]  # gloo, custom all-reduce, NCCL via ... (from the traces)
     traces: tuple[str, ...]
     nccl: tuple[Mapping[str, Any], ...]  # per process: version, taken, communicators, not taken
     ranks: tuple[Mapping[str, Any], ...]  # per rank process: pid, NUMA node, CPU affinity

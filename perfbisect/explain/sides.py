@@ -88,6 +88,7 @@ def fold(label: str, config: Mapping[str, str], launches: Sequence[LaunchEvidenc
         gpu_idle_ms_per_verify=_mean(idle),
         graph_fraction=_mean(graphs),
         device=traces[0].device if traces else None,
+        allreduce_paths=tuple(dict.fromkeys(p for t in traces for p in t.allreduce_paths)),
         traces=tuple(t.path for t in traces),
         nccl=tuple(nccl_processes(launches)),
         ranks=tuple(

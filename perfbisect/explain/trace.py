@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,23 @@ class TraceSummary:
     kernels_per_verify: float
     gpu_idle_ms_per_verify: float | None  # None on CPU
     nccl: tuple[NcclUse, ...] = field(default_factory=tuple)
+    allreduce_paths: tuple[str, ...] = ()  # which all-reduce implementations the trace shows
+
+
+def allreduce_paths(names: set[str], nccl_sites: set[str]) -> tuple[str, ...]:
+    """The all-reduce implementations seen: gloo (its record_function ranges), SGLang's custom
+    all-reduce (its kernels), NCCL through torch.distributed (kernels launched under a c10d
+    operator) or otherwise (pynccl, or replayed in a CUDA graph)."""
+    paths = []
+    if any(n.startswith("gloo:") for n in names):
+        paths.append("gloo")
+    if any("cross_device_reduce" in n for n in names):
+        paths.append("custom all-reduce")
+    if any(s.startswith(("c10d", "nccl:")) for s in nccl_sites):
+        paths.append("NCCL via torch.distributed")
+    if any(not s.startswith(("c10d", "nccl:")) for s in nccl_sites):
+        paths.append("NCCL via pynccl or a CUDA graph replay")
+    return tuple(paths)
 
 
 @dataclass(frozen=True)
@@ -154,8 +171,12 @@ def summarise(path: Path) -> TraceSummary | None:
     gpu = [e for e in events if e.cat in _GPU_CATS]
     cpu_ops = [e for e in events if e.cat == "cpu_op"]
     if gpu:
-        return _gpu_summary(path, events, gpu, cpu_ops, kept, verify_ms, stage_ms)
-    return _cpu_summary(path, cpu_ops, kept, verify_ms, stage_ms)
+        summary = _gpu_summary(path, events, gpu, cpu_ops, kept, verify_ms, stage_ms)
+    else:
+        summary = _cpu_summary(path, cpu_ops, kept, verify_ms, stage_ms)
+    names = {e.name for e in events}
+    sites = {n.call_site for n in summary.nccl}
+    return replace(summary, allreduce_paths=allreduce_paths(names, sites))
 
 
 def _cpu_summary(
