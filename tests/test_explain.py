@@ -317,6 +317,26 @@ def _gpu_trace(path: Path, graph: bool) -> Path:
     return path
 
 
+def test_operators_on_one_side_only_are_compared_with_zero(tmp_path: Path) -> None:
+    from perfbisect.explain.evidence import LaunchEvidence
+    from perfbisect.explain.findings import operator_findings
+    from perfbisect.explain.trace import OpStat, TraceSummary
+
+    def launch(*ops: OpStat) -> LaunchEvidence:
+        trace = TraceSummary("t.json", "cpu", 2, 1.0, {}, ops, {}, 1.0, None)
+        return LaunchEvidence(1, 1.0, tmp_path, (trace,), (), (), None)
+
+    good = launch(
+        OpStat("aten::mm", "GEMM", 1.0, 4), OpStat("aten::only_good", "elementwise", 0.5, 1)
+    )
+    bad = launch(
+        OpStat("aten::mm", "GEMM", 1.2, 4), OpStat("aten::item", "synchronisation", 2.0, 3)
+    )
+    found = operator_findings([good], [bad], profiled_delta=1.7)
+    assert [f.title.split(" ")[0] for f in found] == ["aten::item", "aten::mm"]
+    assert found[0].share == pytest.approx(2.0 / 1.7) and "0.0 -> 3.0 calls" in found[0].title
+
+
 def test_gpu_trace_summary_counts_kernels_idle_time_and_nccl_per_call_site(tmp_path: Path) -> None:
     from perfbisect.explain.trace import summarise
 

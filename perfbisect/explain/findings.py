@@ -31,7 +31,8 @@ def operator_findings(
     g, b = op_means(good), op_means(bad)
     rows = []
     for name in set(g) | set(b):
-        group, g_ms, g_calls = g.get(name, (b[name][0], 0.0, 0.0))
+        group = (g.get(name) or b[name])[0]  # an operator may run on one side only
+        _, g_ms, g_calls = g.get(name, (group, 0.0, 0.0))
         _, b_ms, b_calls = b.get(name, (group, 0.0, 0.0))
         rows.append((b_ms - g_ms, name, group, g_ms, b_ms, g_calls, b_calls))
     rows.sort(reverse=True)
