@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from perfbisect.bisect.driver import measure_launch, session_log_root
+from perfbisect.bisect.driver import measure_launch, session_log_root, slot_experiments
 from perfbisect.bisect.report_model import Report
 from perfbisect.bisect.specs import resolve_endpoints
 from perfbisect.bisect.stats import median
@@ -109,7 +109,8 @@ def _explain(
     settings = experiment.explain
     if launches is not None:
         settings = replace(settings, launches=launches)
-    target = make_target(experiment, cache_dir())
+    # The first slot's host: where a session's deciding launches ran (a pool's first host).
+    target = make_target(slot_experiments(experiment, 1)[0], cache_dir())
     try:
         if not isinstance(target, CommandTarget) or not target.host.is_local:
             raise UsageError(
