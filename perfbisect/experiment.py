@@ -60,7 +60,13 @@ LAUNCH_SCHEMA: Schema = {
     "python": ((str,), False),
 }
 LAUNCH_METHODS = tuple(m.value for m in Method)  # defined once, in launch/method.py
-TOP_LEVEL = {"target", "metric", "axes", "env", "host", "launch", "executor"}
+TOP_LEVEL = {"target", "metric", "axes", "env", "host", "launch", "executor", "explain"}
+EXPLAIN_SCHEMA: Schema = {
+    "launches": ((int,), False),
+    "cycles": ((int,), False),
+    "skip": ((int,), False),
+    "after_start": ((bool,), False),
+}
 EXECUTOR_KINDS = ("local", "hosts", "slurm")
 SUBMITIT_MISSING = (
     "\"slurm\" submits through submitit, which is not installed: pip install 'perfbisect[slurm]'"
@@ -172,6 +178,18 @@ class ExecutorSettings:
 
 
 @dataclass(frozen=True)
+class ExplainSettings:
+    """``[explain]``: the diagnostic launches of ``bisect explain``: ``launches`` a side
+    (interleaved), ``cycles`` profiled per launch after ``skip`` verifies, and whether
+    ``bisect start`` explains a verified culprit when it ends (``--no-explain`` overrides)."""
+
+    launches: int = 2
+    cycles: int = 10
+    skip: int = 5
+    after_start: bool = True
+
+
+@dataclass(frozen=True)
 class Experiment:
     path: Path
     text: str
@@ -186,6 +204,7 @@ class Experiment:
     host: HostSettings = field(default_factory=HostSettings)
     launch: LaunchSettings = field(default_factory=LaunchSettings)
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
+    explain: ExplainSettings = field(default_factory=ExplainSettings)
 
     @property
     def directory(self) -> Path:
@@ -314,6 +333,21 @@ def parse_experiment(doc: Mapping[str, Any], path: Path, text: str) -> Experimen
         host=_parse_host(check, doc, path),
         launch=_parse_launch(check, doc),
         executor=_parse_executor(check, doc),
+        explain=_parse_explain(check, doc),
+    )
+
+
+def _parse_explain(check: Checker, doc: Mapping[str, Any]) -> ExplainSettings:
+    table = check.table(doc, ("explain",), required=False)
+    check.check(table, ("explain",), EXPLAIN_SCHEMA)
+    for key, low in (("launches", 1), ("cycles", 1), ("skip", 0)):
+        if key in table and int(table[key]) < low:
+            raise check.fail(("explain",), key, f"must be at least {low}")
+    return ExplainSettings(
+        launches=int(table.get("launches", 2)),
+        cycles=int(table.get("cycles", 10)),
+        skip=int(table.get("skip", 5)),
+        after_start=bool(table.get("after_start", True)),
     )
 
 

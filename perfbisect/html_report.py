@@ -399,6 +399,10 @@ def session_html(store: Store, ref: str | None) -> str:
                 f"launch {bad.id}",
             ),
         ]
+    if report.why:
+        from perfbisect.explain.html import why_html
+
+        parts.append(why_html(report.why))
     for d in report.drift:
         parts.append(
             f"<p><b>drift:</b> the {esc(d['endpoint'])} endpoint measured "

@@ -205,6 +205,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("targets",),
     ("executors",),
     ("bisect",),
+    ("explain",),
     ("formatting", "html_chart", "html_report", "demo", "watch"),
     ("cli", "__main__"),
 )

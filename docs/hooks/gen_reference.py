@@ -122,6 +122,24 @@ TABLES: list[Table] = [
         },
     ),
     (
+        "[explain]",
+        exp.EXPLAIN_SCHEMA,
+        exp.ExplainSettings,
+        "The diagnostic launches of `bisect explain` (the culprit pair launched again, "
+        "interleaved, with the profiler and NCCL's INFO log on); they never count toward a "
+        "verdict.",
+        {
+            "launches": (None, "launches a side, interleaved good, bad, good, bad"),
+            "cycles": (None, "verify cycles profiled per launch (PyTorch's profiler)"),
+            "skip": (None, "verify cycles let pass before profiling (warm-up)"),
+            "after_start": (
+                None,
+                "`bisect start` explains a verified culprit when it ends (`--no-explain` "
+                "overrides)",
+            ),
+        },
+    ),
+    (
         "[env]",
         {},
         None,

@@ -126,7 +126,7 @@ def _replayed(view: LaunchView) -> LaunchResult:
     return LaunchResult(reason=f"{view.stage}: {reason}" if view.stage else reason)
 
 
-def _measure(
+def measure_launch(
     target: Target,
     store: Store,
     session_id: int | None,  # None: a watcher's launch (perfbisect/watch)
@@ -355,7 +355,10 @@ class _Driver:
         self.log_root = log_root
         self.pool = _reuse_pool(store, session_id, experiment, options)
         self.hosts_seen: set[str] = set()  # where this session's own launches ran
-        self.stored = session_launches(store, session_id)
+        # Explain launches come after the search and are never replayed into it.
+        self.stored = [
+            v for v in session_launches(store, session_id) if v.purpose != Purpose.EXPLAIN.value
+        ]
         self.recorded_steps = {
             (s.position, s.verdict, s.n_launches) for s in session_steps(store, session_id)
         }
@@ -459,7 +462,7 @@ class _Driver:
             records.heartbeat(self.store, self.session_id)
             self.progress.stage(request, name)
 
-        result = _measure(
+        result = measure_launch(
             target,
             self.store,
             self.session_id,

@@ -21,7 +21,9 @@ from perfbisect.bisect.baseline import SpeedupRow
 from perfbisect.bisect.stats import Difference, Verdict
 from perfbisect.targets.gitrepo import CommitInfo
 
-REPORT_VERSION = 3
+# 3: launches kept and set aside per point, verification, legend, remaining (provisional);
+# 4: `why`, the explanation of the culprit (bisect explain)
+REPORT_VERSION = 4
 
 # What each verdict word means, for the legend every view prints with the verdicts it shows.
 VERDICT_MEANINGS = {
@@ -406,6 +408,9 @@ class Report:
     fidelity: Fidelity | None = None  # proxy launches: what they were, what the full model said
     # A provisional report (interrupted or running session): what remains to be launched.
     remaining: str | None = None
+    # `bisect explain`'s result as JSON (perfbisect/explain/model.py `Explanation.to_json`,
+    # versioned by its own `explanation_version`); None until the culprit is explained.
+    why: dict[str, Any] | None = None
     report_version: int = REPORT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)  # fields of a newer version, kept
 
@@ -462,6 +467,7 @@ class Report:
             "fidelity": self.fidelity.to_json() if self.fidelity else None,
             "remaining": self.remaining,
             "legend": self.legend,
+            "why": self.why,
             **self.extra,
         }
 
@@ -509,6 +515,7 @@ class Report:
             speculation=tuple(SpeedupRow.from_json(r) for r in data.get("speculation", [])),
             fidelity=Fidelity.from_json(data.get("fidelity")),
             remaining=data.get("remaining"),
+            why=data.get("why"),
             report_version=int(data.get("report_version", 1)),
             extra={k: v for k, v in data.items() if k not in known},
         )

@@ -14,6 +14,7 @@ from typing import Any
 from perfbisect.bisect.driver import stage_seconds
 from perfbisect.bisect.report_model import Report
 from perfbisect.bisect.session import expected_steps
+from perfbisect.bisect.values import Purpose
 from perfbisect.errors import PerfbisectError
 from perfbisect.store.database import Store
 from perfbisect.store.history import find_session, session_launches
@@ -38,7 +39,10 @@ def _report_or_why(store: Store, row: SessionRow) -> tuple[Report | None, str | 
 
 def session_status(store: Store, ref: str | None) -> dict[str, Any]:
     row = find_session(store, ref)
-    launches = session_launches(store, row.id)
+    every = session_launches(store, row.id)
+    # `bisect explain`'s diagnostic launches are counted apart: the search's launches are
+    # the ones the report's numbers rest on.
+    launches = [v for v in every if v.purpose != Purpose.EXPLAIN.value]
     report, why = _report_or_why(store, row)
     seconds = stage_seconds(launches)
     measured = [v for v in launches if v.timings]
@@ -66,6 +70,7 @@ def session_status(store: Store, ref: str | None) -> dict[str, Any]:
         "bad": row.bad,
         "path_length": report.path_length if report else len(row.path),
         "launches": len(launches),
+        "explain_launches": len(every) - len(launches),
         "failed_launches": sum(1 for v in launches if v.value is None),
         "stage_seconds": round(seconds, 1),
         "seconds_per_launch": round(per_launch, 1) if per_launch is not None else None,

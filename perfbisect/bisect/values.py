@@ -19,6 +19,7 @@ class Purpose(str, Enum):
     CONFIRM = "confirm"  # a full-model launch confirming a proxy search's culprit
     BASELINE = "baseline"  # an endpoint with and without speculative decoding
     WATCH = "watch"  # a commit of a watched branch (perfbisect watch), not a bisection's
+    EXPLAIN = "explain"  # a diagnostic launch of `bisect explain`: never counts toward a verdict
 
 
 class Status(str, Enum):

@@ -51,6 +51,10 @@ def _finish(report: Report, as_json: bool, plot: Path | None = None) -> None:
         emit_json(report.to_json())
     else:
         render_report(report)
+        if report.why:
+            from perfbisect.cli.render_explain import render_why
+
+            render_why(report.why)
     raise typer.Exit(report.exit_code)
 
 
@@ -140,6 +144,12 @@ def start(
     plot: Path | None = typer.Option(
         None, "--plot", metavar="<file.png>", help="Also write a PNG plot here."
     ),
+    no_explain: bool = typer.Option(
+        False,
+        "--no-explain",
+        help="Do not explain a verified culprit at the end (default: `bisect explain` runs, "
+        "[explain] after_start).",
+    ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print what the first launch would run on the host; run nothing."
     ),
@@ -195,6 +205,10 @@ def start(
             from_change=from_change,
         ),
     )
+    if not no_explain:
+        from perfbisect.cli.render_explain import explain_after_start
+
+        report = explain_after_start(store, report)
     _finish(report, as_json, plot)
 
 
@@ -275,6 +289,32 @@ def report(
     if row.result is None and row.status == "reset":
         raise StoreError(f"session {row.id} was reset before it finished: it has no report")
     _finish(session_report(store, row), as_json, plot)
+
+
+@app.command()
+def explain(
+    ctx: typer.Context,
+    session: str | None = SESSION,
+    good: str | None = typer.Option(
+        None, "--good", help="Explain this pair instead of a session's culprit."
+    ),
+    bad: str | None = typer.Option(None, "--bad", help="... with this bad configuration."),
+    config: Path = typer.Option(
+        Path("perfbisect.toml"), "-c", "--config", help="Experiment file (with --good/--bad)."
+    ),
+    launches: int | None = typer.Option(
+        None,
+        "--launches",
+        min=1,
+        help="Diagnostic launches a side (default: [explain] launches, 2).",
+    ),
+    as_json: bool = JSON,
+) -> None:
+    """Launch the culprit's last good and first bad configuration again with diagnostics on
+    (profiler, NCCL logs) and say what differs, ranked by its share of the delta."""
+    from perfbisect.cli.render_explain import explain_command
+
+    explain_command(ctx_store(ctx), session, good, bad, config, launches, as_json)
 
 
 @app.command()

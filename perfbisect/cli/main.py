@@ -61,10 +61,14 @@ def command() -> typer.core.TyperGroup:
         for param in cmd.params:
             if isinstance(param, typer.core.TyperArgument):
                 param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
-            elif isinstance(param, typer.core.TyperOption) and not param.is_flag:
+            elif (
+                isinstance(param, typer.core.TyperOption)
+                and not param.is_flag
+                and param.metavar is None
+                and param.name
+            ):
                 # An option without a metavar of its own shows its name, not `<list[str]>`.
-                if param.metavar is None and param.name:
-                    param.metavar = f"<{param.name.replace('_', '-')}>"
+                param.metavar = f"<{param.name.replace('_', '-')}>"
         for sub in getattr(cmd, "commands", {}).values():
             visit(sub)
 

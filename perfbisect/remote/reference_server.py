@@ -12,6 +12,11 @@ Per-cycle verify timing: every rank appends JSON lines ``{"t", "ms", "bs", "grap
 of perfbisect's SGLang verify timer. CUDA events on GPU (resolved after the cycle, never a
 synchronize inside the timed region), ``perf_counter_ns`` on CPU.
 
+Diagnostic launches (``perfbisect bisect explain``): with ``PERFBISECT_PROFILE_DIR`` and
+``PERFBISECT_PROFILE_BOOT`` (the path of perfbisect's verify timer boot module) set, each rank
+profiles K cycles with the boot module's ``VerifyProfiler``, exactly as an SGLang server is
+profiled, and marks its draft and verify stages in the trace.
+
 Self-contained (standard library + torch), so it can be copied to a host and run there:
     python server.py serve --tp 2 --port 8000 [--device cuda]
     python server.py bench --port 8000 --cycles 40 --warmup 5 --timing-dir DIR
@@ -45,6 +50,27 @@ def die_with_parent() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def load_profiler(rank: int):  # type: ignore[no-untyped-def]
+    """The boot module's profiler on a diagnostic launch; None on every other launch."""
+    boot = os.environ.get("PERFBISECT_PROFILE_BOOT")
+    if not boot or not os.environ.get("PERFBISECT_PROFILE_DIR"):
+        return None
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("perfbisect_verify_timer", boot)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.VerifyProfiler.from_env(rank)
+
+
+class NoMark:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 # ---- the model (runs in the ranks) ---------------------------------------------------------
@@ -189,6 +215,10 @@ class Rank:
             self.timing = open(path, "a", buffering=1)  # noqa: SIM115
         if self.cuda and args.verify_mode == "graph" and args.verify_input == "cache":
             self.capture()
+        self.profiler = load_profiler(rank)  # after capture: graphs are never profiled
+
+    def mark(self, name: str):  # type: ignore[no-untyped-def]
+        return self.profiler.mark(name) if self.profiler is not None else NoMark()
 
     def capture(self) -> None:
         torch = self.torch
@@ -272,8 +302,12 @@ class Rank:
         for cycle in range(cycles):
             if len(history) + self.args.draft_tokens + 2 > self.args.max_seq:
                 break
-            drafts = self.propose(last)
-            preds, ms, graph = self.verify([last, *drafts], len(history), history)
+            with self.mark("perfbisect.draft"):
+                drafts = self.propose(last)
+            if self.profiler is not None:
+                self.profiler.before_verify()
+            with self.mark("perfbisect.verify"):
+                preds, ms, graph = self.verify([last, *drafts], len(history), history)
             accepted = 0
             while accepted < len(drafts) and drafts[accepted] == preds[accepted]:
                 accepted += 1

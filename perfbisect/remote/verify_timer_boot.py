@@ -11,6 +11,15 @@ synchronize), and appends JSON lines ``{"t", "ms", "bs", "graph", "rank"}`` line
 verify replayed a CUDA graph, read from the return value: ``(out, can_run_graph)`` in
 0.4.6-0.5.5, ``.can_run_graph`` from 0.5.9, unknown (null) for a bare output before 0.4.6.
 
+Diagnostic launches (``perfbisect bisect explain``) also set ``PERFBISECT_PROFILE_DIR``: then
+``VerifyProfiler`` runs PyTorch's profiler over K speculative cycles (from the start of verify
+number skip+1 to the start of verify number skip+K+1, so whole cycles: draft, verify,
+draft-extend), marks those stages with ``record_function`` ranges (``perfbisect.verify``,
+``perfbisect.draft``, ``perfbisect.draft_extend``), and writes a Chrome trace
+``trace.rank<R>.<pid>.json`` plus ``process.rank<R>.<pid>.json`` (the environment that reached
+this rank, secrets' values withheld; CPU affinity; NUMA node). The reference server loads this
+file for the same purpose (``PERFBISECT_PROFILE_BOOT``), so both targets are profiled alike.
+
 Standard library only at import time: torch is imported inside the wrapper, when SGLang has
 loaded it already. Never edit this to import torch at the top (it runs in every interpreter).
 """
@@ -27,6 +36,121 @@ from typing import Any
 
 ENV = "PERFBISECT_VERIFY_TIMER_DIR"
 TARGET = "sglang.srt.model_executor.model_runner"
+PROFILE_ENV = "PERFBISECT_PROFILE_DIR"
+PROFILE_CYCLES_ENV = "PERFBISECT_PROFILE_CYCLES"
+PROFILE_SKIP_ENV = "PERFBISECT_PROFILE_SKIP"
+SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+
+
+class _NoMark:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def numa_node(cpus: set[int]) -> int | None:
+    """The NUMA node holding all of ``cpus`` (None when they span several or none is known)."""
+    root = "/sys/devices/system/node"
+    try:
+        names = [n for n in os.listdir(root) if n.startswith("node") and n[4:].isdigit()]
+    except OSError:
+        return None
+    for name in names:
+        try:
+            with open(os.path.join(root, name, "cpulist")) as fh:
+                text = fh.read().strip()
+        except OSError:
+            continue
+        members: set[int] = set()
+        for part in filter(None, text.split(",")):
+            lo, _, hi = part.partition("-")
+            members.update(range(int(lo), int(hi or lo) + 1))
+        if cpus and cpus <= members:
+            return int(name[4:])
+    return None
+
+
+class VerifyProfiler:
+    """torch.profiler over K whole cycles of one rank, driven by the verify calls it is told of.
+
+    Exports from the stop call itself: ranks die by SIGKILL, so nothing waits for exit."""
+
+    def __init__(self, folder: str, rank: int, cycles: int, skip: int) -> None:
+        self.folder, self.rank, self.cycles, self.skip = folder, rank, cycles, skip
+        self.seen = 0
+        self.prof: Any = None
+        self.done = False
+        self.error: str | None = None
+
+    @classmethod
+    def from_env(cls, rank: int) -> VerifyProfiler | None:
+        folder = os.environ.get(PROFILE_ENV)
+        if not folder:
+            return None
+        cycles = int(os.environ.get(PROFILE_CYCLES_ENV) or 10)
+        skip = int(os.environ.get(PROFILE_SKIP_ENV) or 5)
+        profiler = cls(folder, rank, cycles, skip)
+        profiler.write_process()
+        return profiler
+
+    def _path(self, kind: str, ext: str) -> str:
+        os.makedirs(self.folder, exist_ok=True)
+        return os.path.join(self.folder, f"{kind}.rank{self.rank}.{os.getpid()}.{ext}")
+
+    def write_process(self) -> None:
+        env = {
+            k: ("<withheld>" if any(w in k.upper() for w in SECRET_WORDS) else v)
+            for k, v in os.environ.items()
+        }
+        try:
+            cpus = set(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = set()
+        record = {
+            "rank": self.rank,
+            "pid": os.getpid(),
+            "env": env,
+            "affinity": sorted(cpus),
+            "numa": numa_node(cpus),
+        }
+        with open(self._path("process", "json"), "w") as fh:
+            json.dump(record, fh)
+
+    def mark(self, name: str) -> Any:
+        """A named range in the trace while profiling; nothing otherwise."""
+        if self.prof is None:
+            return _NoMark()
+        import torch
+
+        return torch.profiler.record_function(name)
+
+    def before_verify(self) -> None:
+        """Called at the start of every verify: starts or stops the profiler at cycle bounds."""
+        self.seen += 1
+        if self.done:
+            return
+        try:
+            if self.prof is None and self.seen > self.skip:
+                import torch
+                from torch.profiler import ProfilerActivity, profile
+
+                activities = [ProfilerActivity.CPU]
+                if torch.cuda.is_available():
+                    activities.append(ProfilerActivity.CUDA)
+                self.prof = profile(activities=activities, record_shapes=False)
+                self.prof.start()
+            elif self.prof is not None and self.seen > self.skip + self.cycles:
+                prof, self.prof = self.prof, None
+                self.done = True
+                prof.stop()
+                prof.export_chrome_trace(self._path("trace", "json"))
+        except Exception as exc:  # a failed profile must not fail the launch; say so instead
+            self.done, self.prof = True, None
+            self.error = f"{type(exc).__name__}: {exc}"
+            with open(self._path("profile-error", "txt"), "w") as fh:
+                fh.write(self.error + "\n")
 
 
 def graph_flag(ret: Any) -> bool | None:
@@ -64,16 +188,43 @@ class Recorder:
         self.pending = still
 
 
+def _draft_stage(mode: Any) -> str:
+    is_extend = getattr(mode, "is_draft_extend", None)
+    return "perfbisect.draft_extend" if callable(is_extend) and is_extend() else "perfbisect.draft"
+
+
 def wrap(cls: type, recorder: Recorder) -> None:
     original = cls.forward  # type: ignore[attr-defined]
     if getattr(original, "_perfbisect_timed", False):
         return
+    profilers: dict[int, VerifyProfiler | None] = {}
+
+    def profiler_of(runner: Any) -> VerifyProfiler | None:
+        rank = int(getattr(runner, "tp_rank", 0) or 0)
+        if rank not in profilers:
+            profilers[rank] = VerifyProfiler.from_env(rank)
+        return profilers[rank]
 
     def forward(self: Any, forward_batch: Any, *args: Any, **kwargs: Any) -> Any:
         mode = getattr(forward_batch, "forward_mode", None)
         is_verify = getattr(mode, "is_target_verify", None)
         if getattr(self, "is_draft_worker", False) or not (callable(is_verify) and is_verify()):
-            return original(self, forward_batch, *args, **kwargs)
+            profiler = profiler_of(self) if os.environ.get(PROFILE_ENV) else None
+            if profiler is None or not getattr(self, "is_draft_worker", False):
+                return original(self, forward_batch, *args, **kwargs)
+            with profiler.mark(_draft_stage(mode)):
+                return original(self, forward_batch, *args, **kwargs)
+        import torch
+
+        profiler = profiler_of(self) if os.environ.get(PROFILE_ENV) else None
+        if profiler is not None:
+            if not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+                profiler.before_verify()
+            with profiler.mark("perfbisect.verify"):
+                return _timed(self, forward_batch, args, kwargs)
+        return _timed(self, forward_batch, args, kwargs)
+
+    def _timed(self: Any, forward_batch: Any, args: Any, kwargs: Any) -> Any:
         import torch
 
         cuda = torch.cuda.is_available()

@@ -86,6 +86,9 @@ class CommandTarget:
         self.pattern = experiment.metric.regex
         self._cuda: int | None = None
         self._server: HostProcess | None = None  # the running launch's server, for abort()
+        # Diagnostic launches (`bisect explain`): variables for the served processes only,
+        # whatever the launch method; "{logs}" in a value is the launch's log folder.
+        self.diagnostics: dict[str, str] = {}
 
     def abort(self) -> None:
         server = self._server
@@ -290,7 +293,11 @@ class CommandTarget:
             log_path=log_path,
             tag=tag,
             tuning_env=dict(self.experiment.env),
-            plain_env={**self._plain_env(values), **delivery},
+            plain_env={
+                **self._plain_env(values),
+                **delivery,
+                **{k: v.replace("{logs}", str(logs)) for k, v in self.diagnostics.items()},
+            },
         )
         launcher = make_launcher(self._method(config), launch_options(self.experiment))
         return launcher.start(self.host, spec)

@@ -65,6 +65,17 @@ class GitRepo:
         out = self.repo.git.rev_list("--first-parent", "--reverse", f"{good}..{bad}")
         return [good, *out.split()]
 
+    def diff(self, older: str, newer: str) -> str:
+        """The unified diff from ``older`` to ``newer``, without context lines."""
+        return str(self.repo.git.diff("-U0", "--no-color", older, newer, "--"))
+
+    def show(self, sha: str, path: str) -> str | None:
+        """A file's text at a commit (None where it does not exist)."""
+        try:
+            return str(self.repo.git.show(f"{sha}:{path}"))
+        except self._errors:
+            return None
+
     def info(self, sha: str) -> CommitInfo:
         commit = self.repo.commit(sha)
         return CommitInfo(

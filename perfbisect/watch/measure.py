@@ -1,4 +1,4 @@
-"""Measuring a series' commits with the session driver's own launch pipeline (``_measure``:
+"""Measuring a series' commits with the session driver's own launch pipeline (``measure_launch``:
 target launch, record with samples and snapshot), a few launches each, on the executor's slots
 at once (a pool's hosts, local slots, or a Slurm job each)."""
 
@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfbisect.bisect.driver import _log_dir, _measure, slot_experiments
+from perfbisect.bisect.driver import _log_dir, measure_launch, slot_experiments
 from perfbisect.bisect.values import LaunchRequest, LaunchResult, Purpose
 from perfbisect.config import Configuration
 from perfbisect.executors.registry import make_target
@@ -73,7 +73,7 @@ def measure(
 
     def launch(slot: int, plan: Planned) -> Measured:
         request = LaunchRequest(plan.ordinal, plan.config, Purpose.WATCH)
-        result: LaunchResult = _measure(
+        result: LaunchResult = measure_launch(
             target(slot),
             store,
             None,

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perfbisect.formatting import num
-from perfbisect.html_report import _page, _table, esc, session_html
+from perfbisect.html_chart import esc
+from perfbisect.html_report import _page, _table, session_html
 from perfbisect.store.database import Store
 from perfbisect.store.watch import ChangeSession
 from perfbisect.watch.analysis import SeriesAnalysis

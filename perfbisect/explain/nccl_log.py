@@ -1,0 +1,115 @@
+"""NCCL's own account of each communicator, from ``NCCL_DEBUG=INFO`` output.
+
+Lines look like ``<host>:<pid>:<tid> [<cudaDev>] NCCL INFO <message>`` (the format of NCCL 2.18
+to 2.28 as printed in public NVIDIA/nccl issues, e.g. #1038, #1814, #1936). What is read:
+``NCCL version X`` (also printed bare by rank 0), ``<NAME> set by environment to <value>``
+(what NCCL took from the environment), ``comm 0x.. rank R nranks N cudaDev D ... - Init
+COMPLETE`` (one communicator, created on thread ``tid`` of ``pid``; ``ncclCommInitRankConfig``
+may precede ``comm``), and with ``NCCL_DEBUG_SUBSYS=TUNING`` ``<Op>: <n> Bytes -> Algo <A>
+proto <P>``. With ``NCCL_DEBUG_FILE=<dir>/nccl.%h.%p`` each process writes its own file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+_PREFIX = re.compile(
+    r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL INFO (?P<msg>.*)$"
+)
+_VERSION = re.compile(r"NCCL version (?P<version>\S+)")
+_ENV = re.compile(r"^(?P<name>NCCL_[A-Z0-9_]+) set (?:by environment )?to (?P<value>.*)$")
+_COMM = re.compile(
+    r"comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)"
+    r".*?(?:commId (?P<commid>0x[0-9a-f]+))?.*- Init (?P<state>START|COMPLETE)"
+)
+_TUNING = re.compile(
+    r"^(?P<op>[A-Za-z]+): (?P<bytes>\d+) Bytes -> Algo (?P<algo>\S+) proto (?P<proto>\S+)"
+)
+
+
+@dataclass(frozen=True)
+class Communicator:
+    pid: int
+    tid: int  # the thread that created it
+    comm: str
+    rank: int
+    nranks: int
+    cuda_dev: int
+    comm_id: str | None
+
+
+@dataclass(frozen=True)
+class ProcessNccl:
+    """What one process's NCCL said."""
+
+    host: str
+    pid: int
+    version: str | None
+    taken: Mapping[str, str]  # NCCL_* NCCL took from the environment (or a config file)
+    communicators: tuple[Communicator, ...]
+    tuning: tuple[tuple[str, str, str], ...] = field(default_factory=tuple)  # (op, algo, proto)
+
+
+class _Process:
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.version: str | None = None
+        self.taken: dict[str, str] = {}
+        self.comms: dict[str, Communicator] = {}
+        self.tuning: list[tuple[str, str, str]] = []
+
+
+def parse(lines: Iterable[str]) -> list[ProcessNccl]:
+    """One entry per process that printed NCCL INFO lines, in order of first appearance."""
+    state: dict[int, _Process] = {}
+    bare_version: str | None = None
+    for raw in lines:
+        line = raw.rstrip("\n")
+        match = _PREFIX.match(line)
+        if match is None:
+            version = _VERSION.search(line) if line.startswith("NCCL version") else None
+            bare_version = version.group("version") if version else bare_version
+            continue
+        pid, tid, msg = int(match.group("pid")), int(match.group("tid")), match.group("msg")
+        entry = state.setdefault(pid, _Process(match.group("host")))
+        if (version := _VERSION.search(msg)) is not None:
+            entry.version = version.group("version")
+        elif (env := _ENV.match(msg)) is not None:
+            entry.taken[env.group("name")] = env.group("value").strip()
+        elif (comm := _COMM.search(msg)) is not None:
+            previous = entry.comms.get(comm.group("comm"))
+            entry.comms[comm.group("comm")] = Communicator(
+                pid,
+                previous.tid if previous else tid,  # the thread of Init START created it
+                comm.group("comm"),
+                int(comm.group("rank")),
+                int(comm.group("nranks")),
+                int(comm.group("dev")),
+                comm.group("commid"),
+            )
+        elif (tuning := _TUNING.match(msg)) is not None:
+            entry.tuning.append((tuning.group("op"), tuning.group("algo"), tuning.group("proto")))
+    return [
+        ProcessNccl(
+            e.host,
+            pid,
+            e.version or bare_version,
+            dict(e.taken),
+            tuple(e.comms.values()),
+            tuple(dict.fromkeys(e.tuning)),
+        )
+        for pid, e in state.items()
+    ]
+
+
+# Set by perfbisect itself for the diagnostic launch: never a finding.
+DIAGNOSTIC_VARIABLES = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"})
+
+
+def not_taken(process: ProcessNccl, environment: Mapping[str, str]) -> list[str]:
+    """NCCL_* variables in the process's environment that its NCCL did not say it took: the
+    failure where a tuning variable is set but the communicator that ran was made without it."""
+    names = [n for n in environment if n.startswith("NCCL_") and n not in DIAGNOSTIC_VARIABLES]
+    return sorted(n for n in names if n not in process.taken)

@@ -1,0 +1,109 @@
+"""One side's diagnostic launches (good or bad) folded into the evidence the report shows:
+means over launches and ranks of the per-verify trace summaries, NCCL per process, and the
+rank processes' placement."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from perfbisect.bisect.stats import median
+from perfbisect.explain import nccl_log
+from perfbisect.explain.evidence import LaunchEvidence
+from perfbisect.explain.model import Side
+
+TOP_OPS = 12
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def op_means(launches: Sequence[LaunchEvidence]) -> dict[str, tuple[str, float, float]]:
+    """Operator/kernel name -> (group, ms per verify, calls per verify), averaged over every
+    trace of the side (a name missing from a trace counts as zero there)."""
+    traces = [t for launch in launches for t in launch.traces]
+    sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    groups: dict[str, str] = {}
+    for trace in traces:
+        for op in trace.ops:
+            sums[op.name][0] += op.ms_per_verify
+            sums[op.name][1] += op.calls_per_verify
+            groups[op.name] = op.group
+    n = len(traces) or 1
+    return {name: (groups[name], ms / n, calls / n) for name, (ms, calls) in sums.items()}
+
+
+def nccl_processes(launches: Sequence[LaunchEvidence]) -> list[dict[str, Any]]:
+    out = []
+    for launch in launches:
+        env_by_pid = {int(p["pid"]): p.get("env", {}) for p in launch.processes if "pid" in p}
+        for process in launch.nccl:
+            env = env_by_pid.get(process.pid)
+            out.append(
+                {
+                    "launch": launch.launch_id,
+                    "host": process.host,
+                    "pid": process.pid,
+                    "version": process.version,
+                    "taken": dict(process.taken),
+                    "communicators": [
+                        {"rank": c.rank, "nranks": c.nranks, "tid": c.tid, "comm": c.comm}
+                        for c in process.communicators
+                    ],
+                    "tuning": [list(t) for t in process.tuning],
+                    # None: this process's environment was not recorded (not a profiled rank)
+                    "not_taken": nccl_log.not_taken(process, env) if env is not None else None,
+                }
+            )
+    return out
+
+
+def fold(label: str, config: Mapping[str, str], launches: Sequence[LaunchEvidence]) -> Side:
+    traces = [t for launch in launches for t in launch.traces]
+    ops = op_means(launches)
+    stage_ms: dict[str, list[float]] = defaultdict(list)
+    group_ms: dict[str, list[float]] = defaultdict(list)
+    for trace in traces:
+        for stage, ms in trace.stage_ms.items():
+            stage_ms[stage].append(ms)
+        for group, ms in trace.groups.items():
+            group_ms[group].append(ms)
+    n = len(traces) or 1
+    idle = [t.gpu_idle_ms_per_verify for t in traces if t.gpu_idle_ms_per_verify is not None]
+    graphs = [launch.graph_fraction for launch in launches if launch.graph_fraction is not None]
+    top = sorted(ops.items(), key=lambda kv: -kv[1][1])[:TOP_OPS]
+    return Side(
+        label=label,
+        config=dict(config),
+        launch_ids=tuple(launch.launch_id for launch in launches),
+        values=tuple(launch.value for launch in launches if launch.value is not None),
+        failures=tuple(p for launch in launches for p in launch.problems),
+        verify_ms_profiled=_mean([t.verify_ms for t in traces]),
+        stage_ms={k: sum(v) / len(v) for k, v in stage_ms.items()},
+        groups={k: sum(v) / n for k, v in group_ms.items()},
+        top_ops=tuple((name, g, ms, calls) for name, (g, ms, calls) in top),
+        kernels_per_verify=_mean([t.kernels_per_verify for t in traces]),
+        gpu_idle_ms_per_verify=_mean(idle),
+        graph_fraction=_mean(graphs),
+        device=traces[0].device if traces else None,
+        allreduce_paths=tuple(dict.fromkeys(p for t in traces for p in t.allreduce_paths)),
+        traces=tuple(t.path for t in traces),
+        nccl=tuple(nccl_processes(launches)),
+        ranks=tuple(
+            {
+                "launch": launch.launch_id,
+                "rank": p.get("rank"),
+                "pid": p.get("pid"),
+                "numa": p.get("numa"),
+                "affinity": p.get("affinity"),
+            }
+            for launch in launches
+            for p in launch.processes
+        ),
+    )
+
+
+def side_median(side: Side) -> float | None:
+    return median(list(side.values)) if side.values else None
