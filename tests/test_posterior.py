@@ -205,7 +205,7 @@ def test_points_all_better_than_a_slow_good_end_have_the_endpoints_measured_agai
 def test_a_crossing_named_below_the_audit_target_is_said_in_the_report() -> None:
     # The audit's launches are bounded (three times --max-launches); a crossing it could not
     # bring to 99% is still named, and the report says how likely the launches make it.
-    from perfbisect.bisect.report import _low_confidence
+    from perfbisect.bisect.report_warnings import _low_confidence
     from perfbisect.bisect.stats import Difference
     from perfbisect.bisect.values import Culprit, Outcome, PointResult
 

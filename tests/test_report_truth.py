@@ -385,7 +385,7 @@ def test_brackets_survive_and_piped_output_is_not_cut(cli: Cli, tmp_path: Path) 
         assert entry["log"] in log.stdout  # whole log paths, piped
     assert "…" not in log.stdout and "…" not in text.stdout
     helptext = cli.run("probe", "env-propagation", "-h")
-    assert "[host], [launch] and [env]" in helptext.stdout
+    assert "[host], [launch] and [env]" in " ".join(helptext.stdout.split())  # as wrapped
     assert "ssh://[user@]host[:port]" in helptext.stdout
 
 

@@ -84,7 +84,8 @@ def test_a_long_history_watched_round_by_round(cli: Cli, tmp_path: Path) -> None
     ], first["changes"]
     change = first["changes"][0]
     assert change["crosses_threshold"] and change["new"]
-    assert 0.15 < change["relative_change"] < 0.25
+    # +20% planted, plus the creep between the two levels' means (0.05% a commit)
+    assert 0.15 < change["relative_change"] < 0.3
     assert change["before"]["ci"][0] < change["before"]["mean"] < change["before"]["ci"][1]
     [bisection] = first["bisections"]
     assert bisection["change"] == change["id"] and bisection["status"] == "found"

@@ -11,6 +11,7 @@ import math
 import re
 import socket
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -134,9 +135,12 @@ def start(
     wait: records.HostWait | None = None,
     host: HostOptions | None = None,
     from_change: int | None = None,
+    after: Callable[[Report], Report] | None = None,
 ) -> Report:
     """Validate everything, create the session, run it. Bad input stores nothing.
-    ``from_change``: the change point of a watched series this session bisects."""
+    ``from_change``: the change point of a watched series this session bisects. ``after``:
+    more work on the finished report (``bisect explain``) while the session still holds its
+    hosts, so no other session measures on them meanwhile."""
     host = host or HostOptions()
     experiment = host.apply(load_experiment(experiment_path))
     endpoints = resolve_endpoints(good, bad, experiment)
@@ -175,6 +179,7 @@ def start(
         options,
         progress or NoProgress(),
         log_key=params["log_key"],
+        after=after,
     )
 
 
@@ -332,6 +337,7 @@ def _drive(
     options: SearchOptions,
     progress: Progress,
     log_key: str | None,
+    after: Callable[[Report], Report] | None = None,
 ) -> Report:
     log_root = session_log_root(session_id, log_key)
     progress = StopWhenNothingMatches(progress, experiment)
@@ -395,12 +401,22 @@ def _drive(
         report = with_fidelity(report, phases, launches)
     if baseline:
         report = replace(report, speculation=speedups(path[0], path[-1], launches))
+    params = {"derived_threshold": outcome.threshold}
+    if after is not None:
+        # The report is readable (status, report) while `after` runs; the session stays
+        # running, so its hosts stay locked, and ends finished whatever `after` does.
+        records.set_session_status(
+            store, session_id, records.RUNNING, result=report.to_json(), params=params
+        )
+        try:
+            report = after(report)
+        finally:
+            records.set_session_status(
+                store, session_id, records.FINISHED, result=report.to_json(), params=params
+            )
+        return report
     records.set_session_status(
-        store,
-        session_id,
-        records.FINISHED,
-        result=report.to_json(),
-        params={"derived_threshold": outcome.threshold},
+        store, session_id, records.FINISHED, result=report.to_json(), params=params
     )
     return report
 

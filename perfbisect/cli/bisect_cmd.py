@@ -183,6 +183,8 @@ def start(
         )
     plot = output_file(plot, "--plot")  # checked before the session, not after its hours
     store = ctx_store(ctx)
+    from perfbisect.cli.render_explain import explain_after_start
+
     report = _run(
         as_json,
         lambda progress: start_session(
@@ -203,12 +205,9 @@ def start(
             wait=_host_wait(no_wait),
             host=host,
             from_change=from_change,
+            after=None if no_explain else lambda found: explain_after_start(store, found),
         ),
     )
-    if not no_explain:
-        from perfbisect.cli.render_explain import explain_after_start
-
-        report = explain_after_start(store, report)
     _finish(report, as_json, plot)
 
 

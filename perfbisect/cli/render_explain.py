@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from perfbisect.bisect.report_model import Report
 from perfbisect.cli.render import console, render_rows
-from perfbisect.formatting import cfg, num
+from perfbisect.formatting import cfg, num, short_hashes
 
 TOP_FINDINGS = 5
 
@@ -121,7 +121,10 @@ def render_why(why: Mapping[str, Any]) -> None:
     if traces:
         out.print(f"  traces: {escape(traces[0])} (+{len(traces) - 1} more)", soft_wrap=True)
     out.print(
-        f"  good: {escape(cfg(good['config']))}; bad: {escape(cfg(bad['config']))}", soft_wrap=True
+        # short hashes: the report above names the culprit's whole hash once
+        f"  good: {escape(short_hashes(cfg(good['config'])))}; "
+        f"bad: {escape(short_hashes(cfg(bad['config'])))}",
+        soft_wrap=True,
     )
 
 

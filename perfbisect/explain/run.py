@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from perfbisect.bisect.driver import measure_launch, session_log_root, slot_experiments
-from perfbisect.bisect.report_model import Report
+from perfbisect.bisect.report_model import Report, counted
 from perfbisect.bisect.specs import resolve_endpoints
 from perfbisect.bisect.stats import median
 from perfbisect.bisect.values import LaunchRequest, Purpose
@@ -346,8 +346,9 @@ def cost(
     return Cost(
         extra,
         overhead,
-        f"{len(explained)} diagnostic launch(es) against {len(ordinary)} ordinary launch(es) "
-        "of the same configurations (stage seconds; median metric)",
+        f"{counted(len(explained), 'diagnostic launch')} against "
+        f"{counted(len(ordinary), 'ordinary launch')} of the same configurations "
+        "(stage seconds; median metric)",
     )
 
 
