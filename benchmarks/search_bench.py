@@ -432,7 +432,7 @@ LOAD_SCENARIOS = (
 CONFIDENCE_BINS = ((0.0, 0.5), (0.5, 0.9), (0.9, 0.99), (0.99, 1.01))
 
 
-def load_table(trials: int, n: int, seed: int) -> None:
+def load_table(trials: int, n: int, seed: int, only: str = "") -> None:
     """The shared machine whose load comes and goes next to the quiet one: how searches end,
     launches, and a calibration table (the confidence claimed for a named configuration
     against how often it was the right one)."""
@@ -444,6 +444,8 @@ def load_table(trials: int, n: int, seed: int) -> None:
     print("|---|---|---|---|---|---|---|---|")
     tables = []
     for scenario, make in LOAD_SCENARIOS:
+        if only not in scenario:
+            continue
         results = []
         for trial in range(trials):
             rng = random.Random(seed * 1_000_003 + trial)
@@ -483,6 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--only", default="", help="scenarios whose name contains this")
     parser.add_argument("--perfbisect-only", action="store_true", help="skip the baselines")
+    parser.add_argument("--strategy", default="", help="only the strategy of exactly this name")
     parser.add_argument(
         "--rounds", action="store_true", help="rounds vs slots (k-ary search) instead"
     )
@@ -494,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     if args.load:
-        load_table(args.trials, args.n, args.seed)
+        load_table(args.trials, args.n, args.seed, args.only)
         print(f"\n({time.perf_counter() - started:.1f} s)", file=sys.stderr)
         return 0
     if args.rounds:
@@ -507,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for name, strategy in strategies():
             if args.perfbisect_only and not name.startswith("perfbisect"):
+                continue
+            if args.strategy and name != args.strategy:
                 continue
             results = []
             for trial in range(args.trials):
