@@ -71,6 +71,18 @@ def test_endpoints_are_interleaved_and_verification_targets_the_worse_side() -> 
     # confirm a wrong verdict; the last good point's launch next to it shows the period.
     verify = [p for p, purpose in order if purpose is Purpose.VERIFY]
     assert verify == [4, 5]
+    # the engine's state says which launches verified (for the report), in launch order
+    position_of = {i: p for p, seqs in engine.seq.items() for i in seqs}
+    verified_by = [
+        position_of[i]
+        for i, purpose in enumerate(engine.launch_purposes)
+        if purpose is Purpose.VERIFY
+    ]
+    assert verified_by == [4, 5]
+    assert engine.outcome is not None and engine.outcome.culprit is not None
+    assert engine.outcome.culprit.verified
+    assert engine.outcome.culprit.confidence is not None
+    assert engine.outcome.culprit.confidence >= 0.99
     both = Engine(path(8), Policy(verify_both=True))
     order = drive(both, step(5))
     assert [p for p, purpose in order if purpose is Purpose.VERIFY][:2] == [4, 5]

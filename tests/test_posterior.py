@@ -274,3 +274,7 @@ def test_seeded_load_varying_worlds_are_never_named_wrong_with_confidence(trial:
     if _named(engine) not in (None, world.culprit):
         assert outcome.culprit is not None and outcome.culprit.confidence is not None
         assert outcome.culprit.confidence < 0.99, outcome.message
+        # and it is not called verified: verified is the posterior with the verification's
+        # launches in it, stated as a number
+        assert not outcome.culprit.verified
+        assert outcome.culprit.note and "with probability" in outcome.culprit.note
