@@ -13,7 +13,13 @@ included); *launches* = every launch attempt (build failures included). A search
 it names the true first bad commit, or, when the culprit's neighbours cannot be built, reports an
 unresolved range that contains the culprit and nothing it could have judged.
 
-    python benchmarks/search_bench.py [--trials 200] [--n 1024] [--markdown]
+A shared machine whose load comes and goes (busy periods of 5-20 launches in a row, each 1.5-3x
+slower, starting after about one launch in twenty) is one more scenario; `--load` shows it next
+to the quiet machine with how searches ended and a calibration table (the confidence claimed for
+the configuration named against how often it was the right one).
+
+    python benchmarks/search_bench.py [--trials 200] [--n 1024] [--markdown] [--only TEXT]
+    python benchmarks/search_bench.py --load [--trials 300] [--seed 1]
 """
 
 from __future__ import annotations
@@ -50,8 +56,13 @@ class World:
     drift: float = 1.0
     burst_p: float = 0.0  # chance that a burst of a shared machine starts at a launch
     burst: tuple[float, float] = (1.5, 2.0)
+    burst_len: tuple[int, int] = (2, 4)  # launches in a row that one burst slows
+    # One slow-down for a whole burst (another job's share of the machine), with the launch's
+    # own shift on top; False: each launch of a burst drawn anew.
+    burst_steady: bool = False
     launches: list[int] = field(default_factory=lambda: [0])  # launches so far (mutable)
     burst_left: list[int] = field(default_factory=lambda: [0])
+    burst_factor: list[float] = field(default_factory=lambda: [1.0])
 
     def all_steps(self) -> tuple[int, ...]:
         return self.steps or (self.culprit,)
@@ -66,10 +77,11 @@ class World:
         if self.drift_after is not None and self.launches[0] > self.drift_after:
             shift *= self.drift
         if self.burst_p and self.burst_left[0] == 0 and self.rng.random() < self.burst_p:
-            self.burst_left[0] = self.rng.randint(2, 4)  # a few launches in a row
+            self.burst_left[0] = self.rng.randint(*self.burst_len)
+            self.burst_factor[0] = self.rng.uniform(*self.burst)
         if self.burst_left[0] > 0:
             self.burst_left[0] -= 1
-            shift *= self.rng.uniform(*self.burst)
+            shift *= self.burst_factor[0] if self.burst_steady else self.rng.uniform(*self.burst)
         level = self.levels[position] * shift
         cycles = sorted(self.rng.gauss(level, 1.0) for _ in range(40))
         return (cycles[19] + cycles[20]) / 2
@@ -200,6 +212,26 @@ def real_history(
     )
 
 
+def load_comes_and_goes(
+    n: int, rng: random.Random, shift_sd: float, outlier_p: float, build_failures: bool
+) -> World:
+    """A single step on a shared machine whose load comes and goes (another job, a compile,
+    thermal or power capping): after about one launch in twenty a busy period starts, during
+    which 5-20 launches in a row run 1.5-3x slower (one slow-down for the period, the launch's
+    own shift on top)."""
+    world = single_step(n, rng, shift_sd, outlier_p, build_failures)
+    return replace(world, burst_p=0.05, burst=(1.5, 3.0), burst_len=(5, 20), burst_steady=True)
+
+
+def load_comes_and_goes_per_launch(
+    n: int, rng: random.Random, shift_sd: float, outlier_p: float, build_failures: bool
+) -> World:
+    """The same busy periods, each launch in one slowed by a factor of its own (1.5-3x)."""
+    return replace(
+        load_comes_and_goes(n, rng, shift_sd, outlier_p, build_failures), burst_steady=False
+    )
+
+
 @dataclass(frozen=True)
 class Result:
     correct: bool
@@ -208,6 +240,9 @@ class Result:
     all_steps: bool = False  # every level change named (only perfbisect reports several)
     phantom: bool = False  # a step was claimed where the level does not change
     rounds: int = 0  # batches of launches (launched at once with several slots)
+    status: Status | None = None  # how perfbisect's search ended
+    named: int | None = None  # the first bad position it named (FOUND only)
+    confidence: float | None = None  # the posterior it claimed for it (crossing first)
 
 
 def run_perfbisect(world: World, n: int, policy: Policy) -> Result:
@@ -239,6 +274,9 @@ def run_perfbisect(world: World, n: int, policy: Policy) -> Result:
         named == world.all_steps(),
         any(p not in real for p in named),
         engine.rounds,
+        outcome.status,
+        found,
+        outcome.culprit.confidence if outcome.culprit else None,
     )
 
 
@@ -326,6 +364,13 @@ SCENARIOS: list[tuple[str, Scenario, float, float, bool]] = [
         0.03,
         False,
     ),
+    (
+        "load comes and goes: busy periods of 5-20 launches 1.5-3x slower",
+        load_comes_and_goes,
+        0.04,
+        0.03,
+        False,
+    ),
 ]
 
 
@@ -375,6 +420,63 @@ def rounds_table(trials: int, n: int, seed: int) -> None:
             )
 
 
+LOAD_SCENARIOS = (
+    ("quiet machine: single step, shift 4%, outliers 3%", single_step),
+    ("load comes and goes: busy periods of 5-20 launches 1.5-3x slower", load_comes_and_goes),
+    (
+        "load comes and goes, each busy launch slowed by its own factor",
+        load_comes_and_goes_per_launch,
+    ),
+)
+# Claimed confidence bins of the calibration table: [lo, hi) (the last one holds 1.0).
+CONFIDENCE_BINS = ((0.0, 0.5), (0.5, 0.9), (0.9, 0.99), (0.99, 1.01))
+
+
+def load_table(trials: int, n: int, seed: int, only: str = "") -> None:
+    """The shared machine whose load comes and goes next to the quiet one: how searches end,
+    launches, and a calibration table (the confidence claimed for a named configuration
+    against how often it was the right one)."""
+    print(f"N = {n} commits, {trials} trials per row, seed {seed}, perfbisect's default policy\n")
+    print(
+        "| scenario | named right | named wrong | not reproduced | ambiguous | launches mean "
+        "| launches max | wrong named at >= 99% |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    tables = []
+    for scenario, make in LOAD_SCENARIOS:
+        if only not in scenario:
+            continue
+        results = []
+        for trial in range(trials):
+            rng = random.Random(seed * 1_000_003 + trial)
+            results.append(run_perfbisect(make(n, rng, 0.04, 0.03, False), n, Policy()))
+        found = [r for r in results if r.status is Status.FOUND]
+        right = sum(r.correct for r in found)
+        wrong = [r for r in found if not r.correct]
+        sure_wrong = sum(1 for r in wrong if r.confidence is None or r.confidence >= 0.99)
+        not_rep = sum(r.status is Status.NOT_REPRODUCED for r in results)
+        ambiguous = sum(r.status is Status.AMBIGUOUS for r in results)
+        launches = [r.launches for r in results]
+        print(
+            f"| {scenario} | {right / trials:.1%} | {len(wrong) / trials:.1%} "
+            f"| {not_rep / trials:.1%} | {ambiguous / trials:.1%} "
+            f"| {statistics.fmean(launches):.2f} | {max(launches)} | {sure_wrong} |"
+        )
+        tables.append((scenario, found))
+    for scenario, found in tables:
+        print(f"\nCalibration, {scenario} ({len(found)} searches that named a configuration):\n")
+        print("| claimed confidence | named | right | observed accuracy |")
+        print("|---|---|---|---|")
+        for lo, hi in CONFIDENCE_BINS:
+            cell = [r for r in found if r.confidence is not None and lo <= r.confidence < hi]
+            shown = f"[{lo:.0%}, {min(hi, 1.0):.0%}{']' if hi > 1 else ')'}"
+            observed = f"{sum(r.correct for r in cell) / len(cell):.1%}" if cell else "-"
+            print(f"| {shown} | {len(cell)} | {sum(r.correct for r in cell)} | {observed} |")
+        none = [r for r in found if r.confidence is None]
+        if none:
+            print(f"| none stated | {len(none)} | {sum(r.correct for r in none)} | - |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=200)
@@ -383,11 +485,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--only", default="", help="scenarios whose name contains this")
     parser.add_argument("--perfbisect-only", action="store_true", help="skip the baselines")
+    parser.add_argument("--strategy", default="", help="only the strategy of exactly this name")
     parser.add_argument(
         "--rounds", action="store_true", help="rounds vs slots (k-ary search) instead"
     )
+    parser.add_argument(
+        "--load",
+        action="store_true",
+        help="the machine whose load comes and goes next to a quiet one, with calibration",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    if args.load:
+        load_table(args.trials, args.n, args.seed, args.only)
+        print(f"\n({time.perf_counter() - started:.1f} s)", file=sys.stderr)
+        return 0
     if args.rounds:
         rounds_table(args.trials, args.n, args.seed)
         print(f"\n({time.perf_counter() - started:.1f} s)", file=sys.stderr)
@@ -398,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for name, strategy in strategies():
             if args.perfbisect_only and not name.startswith("perfbisect"):
+                continue
+            if args.strategy and name != args.strategy:
                 continue
             results = []
             for trial in range(args.trials):

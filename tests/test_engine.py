@@ -66,10 +66,23 @@ def test_endpoints_are_interleaved_and_verification_targets_the_worse_side() -> 
     order = drive(engine, step(5))
     endpoints = [p for p, purpose in order if purpose is Purpose.ENDPOINT]
     assert endpoints[:3] == [8, 0, 8]  # B G B: the bad endpoint gets the extra launch
-    # Slow outliers can only fake a BAD verdict: the first bad point is re-measured, the last
-    # good one is not.
+    # Crossing first, the bracket's two sides are launched back to back (A B): a busy period
+    # of the machine that covered the first bad point's search launch and its re-launch would
+    # confirm a wrong verdict; the last good point's launch next to it shows the period.
     verify = [p for p, purpose in order if purpose is Purpose.VERIFY]
-    assert verify == [5]
+    assert verify == [4, 5]
+    # the engine's state says which launches verified (for the report), in launch order
+    position_of = {i: p for p, seqs in engine.seq.items() for i in seqs}
+    verified_by = [
+        position_of[i]
+        for i, purpose in enumerate(engine.launch_purposes)
+        if purpose is Purpose.VERIFY
+    ]
+    assert verified_by == [4, 5]
+    assert engine.outcome is not None and engine.outcome.culprit is not None
+    assert engine.outcome.culprit.verified
+    assert engine.outcome.culprit.confidence is not None
+    assert engine.outcome.culprit.confidence >= 0.99
     both = Engine(path(8), Policy(verify_both=True))
     order = drive(both, step(5))
     assert [p for p, purpose in order if purpose is Purpose.VERIFY][:2] == [4, 5]
@@ -433,10 +446,11 @@ def test_a_burst_of_slow_launches_cannot_fake_the_culprit() -> None:
         assert bool(lo_verified) == paired  # pairs re-measure the good side too
 
 
-def test_a_quiet_machine_verifies_with_one_launch() -> None:
+def test_a_quiet_machine_verifies_with_one_back_to_back_pair() -> None:
+    # (Before the load-varying machine's benchmark: one launch of the first bad point.)
     engine = Engine(path(8), Policy(), threshold=24.0)
     order = drive(engine, step(5))
-    assert [p for p, purpose in order if purpose is Purpose.VERIFY] == [5]
+    assert [p for p, purpose in order if purpose is Purpose.VERIFY] == [4, 5]
 
 
 def test_creep_beside_the_step_is_reported_not_claimed_as_a_step() -> None:
@@ -694,11 +708,10 @@ def test_a_burst_over_the_first_launches_shows_as_a_point_better_than_the_good_e
     # verification confirmed a wrong step (56 named the bad endpoint itself). The points
     # between measured clearly better than the good endpoint (in 583 only the points judged
     # good together, 16% below it): the endpoints are measured again.
+    # (Since the verification's back-to-back pairs, 583 has the endpoints measured again when
+    # the bad end is contradicted, and 876 is named without: the outcome is what is asserted.)
     engine, world = _real_history_world(trial)
     assert _named(engine) == world.culprit, engine.outcome and engine.outcome.message
-    outcome = engine.outcome
-    assert outcome is not None
-    assert "clearly better than the good endpoint" in outcome.message
 
 
 def test_a_first_bad_point_lifted_onto_a_level_of_its_own_is_measured_until_placed() -> None:
@@ -737,15 +750,16 @@ def test_a_noisy_history_does_not_cost_hundreds_of_launches(trial: int) -> None:
 
 
 def test_the_whole_search_has_a_launch_ceiling_and_says_so() -> None:
-    # Seeded world 670: a burst set the threshold on the bad level and the verdicts kept being
-    # reopened (339 launches, then ambiguous). The search stops at its ceiling with the range
-    # and what finishing it would cost, in the report, not silently.
-    engine, _ = _real_history_world(670)
+    # Seeded world 70 of the machine whose load comes and goes: busy periods kept reopening
+    # verdicts. The search stops at its ceiling with the range and what finishing it would
+    # cost, in the report, not silently. (Real-history world 670, this test's world before,
+    # is found since the verification's back-to-back pairs.)
+    engine, _ = _benchmark_world("load_comes_and_goes", 70)
     outcome = engine.outcome
     assert outcome is not None and outcome.status is Status.AMBIGUOUS
     assert "ran out of its" in outcome.message and "--min-launches" in outcome.message
     assert outcome.unresolved
-    assert engine.launch_count <= 160
+    assert engine.launch_count <= 230
 
 
 def _hump(culprit: int, recovered: int, hump: float) -> Script:
@@ -759,7 +773,7 @@ def _hump(culprit: int, recovered: int, hump: float) -> Script:
     return value
 
 
-@pytest.mark.parametrize(("hump", "most", "aside"), [(34.8, 11, 0), (40.6, 14, 4)])
+@pytest.mark.parametrize(("hump", "most", "aside"), [(34.8, 12, 0), (40.6, 15, 4)])
 def test_a_culprit_slower_than_the_bad_endpoint_is_not_taken_for_a_burst(
     hump: float, most: int, aside: int
 ) -> None:
@@ -769,7 +783,8 @@ def test_a_culprit_slower_than_the_bad_endpoint_is_not_taken_for_a_burst(
     # not slow launches: not set aside and measured again once it shows (the engine before
     # this took 13 (21) launches here, setting aside 0 (8) of them; now 3 endpoint + 6 search
     # launches, the one launch that checks the level, 1 verification (and 4 set aside at 40%,
-    # before the level could show).
+    # before the level could show); one launch more since the verification launches the last
+    # good point back to back with it.
     engine = Engine(path(64))
     order = drive(engine, _hump(10, 60, hump))
     outcome = engine.outcome
@@ -820,12 +835,13 @@ def test_a_lone_first_bad_point_on_a_machine_with_slow_launches_gets_one_more_la
 
 def test_a_lone_first_bad_point_on_a_clean_machine_is_verified_with_one_launch() -> None:
     # The culprit 96 is as lone as the good point 96 above (the nearest crossed point is the
-    # bad end, 32 positions on), but no launch ran slow: one verification launch, as before
-    # the rule (on a clean machine two slow launches at one point are too rare to pay for).
+    # bad end, 32 positions on), but no launch ran slow: one verification pair (A B), as
+    # before the rule (on a clean machine two slow launches at one point are too rare to pay
+    # for).
     engine = Engine(path(128))
     order = drive(engine, step(96, 15.0, 20.0))
     assert _named(engine) == 96, engine.outcome and engine.outcome.message
-    assert [p for p, purpose in order if purpose is Purpose.VERIFY] == [96], order
+    assert [p for p, purpose in order if purpose is Purpose.VERIFY] == [95, 96], order
 
 
 def test_a_lone_crossing_on_the_real_history_is_verified_again() -> None:
@@ -883,7 +899,7 @@ def test_a_point_whose_only_launch_is_set_aside_is_launched_again_at_once() -> N
     again = after.index(832)
     # between its two launches only the points below it (where its verdict sent the search)
     assert all(p < 832 for p in after[:again]), launched
-    assert len(launched) <= 14, launched
+    assert len(launched) <= 15, launched  # one more: the verification's A B pair
 
 
 def test_a_crossed_point_in_doubt_is_launched_again_before_the_search_builds_on_it() -> None:
@@ -897,7 +913,8 @@ def test_a_crossed_point_in_doubt_is_launched_again_before_the_search_builds_on_
     launched: list[int] = []
     engine, world = _benchmark_world("given_threshold_slow_outliers", 163, order=launched)
     assert _named(engine) == world.culprit == 186, engine.outcome and engine.outcome.message
-    first = launched.index(128)
-    assert launched[first + 1 : first + 3] == [64, 128], launched
+    # (Which launch comes next is no longer asserted: with the machine's state kept over time
+    # the posterior holds 128 past at over 40% until more launches are in; the verification's
+    # back-to-back pairs cost this world 21 launches, not 15.)
     assert engine.verdicts[128] is Verdict.GOOD
-    assert len(launched) <= 15, launched
+    assert len(launched) <= 21, launched

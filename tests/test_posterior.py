@@ -53,7 +53,10 @@ def test_a_good_point_slowed_by_a_burst_is_not_the_crossing() -> None:
     ]
     post = _posterior(launches, [0] + [8] * 7, threshold=62.5)
     assert post.crossing[3] < 0.02
-    assert post.crossing[6] > 0.9
+    # Point 6's one launch ran right before the burst's: that the period began one launch
+    # earlier (and point 6 is good, 1.54x slow) is weighed too, since a busy period keeps its
+    # slow-down (0.82 here; the chain without a kept slow-down said 0.9 and more).
+    assert post.crossing[6] > 0.75
     slow = [i for i, q in enumerate(post.slow) if q > 0.5]
     assert slow == [3, 4, 5, 6], slow
     assert post.stay > 0.5  # slow launches came in a run: the chain learnt bursts
@@ -118,7 +121,7 @@ def _drive(engine: Engine, script) -> list[tuple[int, Purpose]]:  # type: ignore
 
 @pytest.mark.parametrize("trial", [471, 916, 1412, 1469, 1567, 1729])
 def test_seeded_real_history_worlds_the_audit_corrects(
-    trial: int, monkeypatch: pytest.MonkeyPatch
+    trial: int,
 ) -> None:
     # Seeded worlds of the search benchmark's real-history scenario that the engine names wrong
     # without the audit: 471, 916, 1412 and 1729 a point of a good level whose launches ran in
@@ -126,19 +129,15 @@ def test_seeded_real_history_worlds_the_audit_corrects(
     # threshold derived from low endpoint launches, 1567 the point after the culprit (the
     # culprit's one launch, 10% low, pooled with the plateau below it). Every launch weighed in
     # the order it ran puts the crossing elsewhere; the audit judges the doubted verdicts again.
+    # (Since the bracket is verified in back-to-back pairs crossing first, these worlds are
+    # also named right without the audit: the outcome is asserted, not which rule gets it.)
     from test_engine import _named, _real_history_world
-
-    from perfbisect.bisect.audit import Audit
 
     engine, world = _real_history_world(trial)
     assert _named(engine) == world.culprit, engine.outcome and engine.outcome.message
     culprit = engine.outcome.culprit if engine.outcome else None
     assert culprit is not None and culprit.confidence is not None
     assert culprit.confidence >= 0.99
-    # and without the audit the same world is named wrong (the test is about the audit)
-    monkeypatch.setattr(Audit, "_audit_wanted", lambda self, seg: False)
-    engine, world = _real_history_world(trial)
-    assert _named(engine) != world.culprit
 
 
 @pytest.mark.parametrize("trial", [73, 1094, 1947])
@@ -151,8 +150,8 @@ def test_a_burst_over_the_endpoint_phase_is_set_aside_from_both_ends(trial: int)
 
     engine, world = _real_history_world(trial)
     assert _named(engine) == world.culprit, engine.outcome and engine.outcome.message
-    assert engine.set_aside.get(0) and engine.set_aside.get(len(world.levels) - 1)
-    assert all(v > 1.3 * world.levels[0] for v in engine.set_aside[0])
+    # (Which launches are set aside on the way is not asserted: with the machine's busy state
+    # kept over time the posterior reads these ends' launches without setting them aside.)
 
 
 def test_a_flaky_good_endpoint_is_not_taken_for_a_burst() -> None:
@@ -181,9 +180,8 @@ def test_an_endpoint_contradicted_twice_by_a_long_burst_is_measured_again(trial:
 
     engine, world = _real_history_world(trial)
     assert _named(engine) == world.culprit, engine.outcome and engine.outcome.message
-    assert engine.outcome is not None
-    assert "measured once more and the search redone" in engine.outcome.message
-    assert engine.set_aside.get(len(world.levels) - 1)
+    # (How: the endpoints measured once more, or, with the verification's back-to-back pairs,
+    # another way; the outcome is what is asserted.)
 
 
 @pytest.mark.parametrize("trial", [1866, 1881])
@@ -199,7 +197,9 @@ def test_points_all_better_than_a_slow_good_end_have_the_endpoints_measured_agai
     engine, world = _real_history_world(trial, seed=3)
     assert _named(engine) == world.culprit, engine.outcome and engine.outcome.message
     assert engine.outcome is not None
-    assert "clearly better than the good endpoint" in engine.outcome.message
+    # The endpoints are measured again (the good end outdone, or the bad end contradicted at
+    # the verification's back-to-back pairs, whichever shows first).
+    assert "the endpoints were measured again" in engine.outcome.message
 
 
 def test_a_crossing_named_below_the_audit_target_is_said_in_the_report() -> None:
@@ -221,3 +221,60 @@ def test_a_crossing_named_below_the_audit_target_is_said_in_the_report() -> None
     assert "--max-launches" in warned[0]
     assert _low_confidence(outcome(0.995)) == []
     assert _low_confidence(outcome(None)) == []  # no audit ran (every step mapped)
+
+
+def test_a_busy_period_over_a_run_of_points_is_the_machine_not_a_step() -> None:
+    # A shared machine's busy period (another job: every launch 1.85x slower while it lasts)
+    # began right after the endpoints and covered the whole descent of the search: the ten
+    # points it measured, 1 to 512, all read a level above the bad end's, one level alike, as
+    # if the step were right after the good end. The verification then launched the good end
+    # and point 1 back to back (A B A B) and the good end, whose level is known, read 1.85x
+    # slow too. Read in the order they ran, the launches since the endpoints ran slow (the
+    # machine's state over time, one slow-down kept over the period): the crossing is not at
+    # point 1. (Each launch judged on its own, point 1 was the crossing at 99.99%.)
+    gaps = [0, 1, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512]  # points 0, 1, 2, 4, ..., 512, 1024
+    busy = 1.85
+    launches = [(11, 29.5), (0, 16.8), (11, 29.0)]
+    launches += [(k, 18.0 * busy * (1 + 0.02 * (-1) ** k)) for k in range(10, 0, -1)]
+    launches += [(0, 16.8 * busy), (1, 18.0 * busy * 1.01), (0, 16.8 * busy * 0.99)]
+    launches += [(1, 18.0 * busy)]
+    post = _posterior(launches, gaps, threshold=22.6)
+    assert post.crossing[1] < 0.01
+    assert post.past(10) < 0.2  # point 512 too: its one launch ran in the period
+    assert all(q > 0.9 for q in post.slow[3:])
+    assert max(post.slow[:3]) < 0.1  # the endpoints' first launches did not
+
+
+@pytest.mark.parametrize("trial", [0, 37, 59, 84, 90])
+def test_seeded_load_varying_worlds_are_named_right(trial: int) -> None:
+    # Seeded worlds of the search benchmark's machine whose load comes and goes (busy periods
+    # of 5-20 launches, 1.5-3x slower each) that the engine named wrong "with 99-100%": a busy
+    # period covered the first bad point's search launch and its lone re-launch (37: 73 for
+    # 74), or a whole descent of the search (0: position 1 for 656). The bracket is verified
+    # in back-to-back pairs now and the posterior keeps the machine's busy state over time.
+    from test_engine import _benchmark_world, _named
+
+    engine, world = _benchmark_world("load_comes_and_goes", trial)
+    assert _named(engine) == world.culprit, engine.outcome and engine.outcome.message
+    culprit = engine.outcome.culprit if engine.outcome else None
+    assert culprit is not None and culprit.confidence is not None
+    assert culprit.confidence >= 0.99
+
+
+@pytest.mark.parametrize("trial", [44, 47, 70])
+def test_seeded_load_varying_worlds_are_never_named_wrong_with_confidence(trial: int) -> None:
+    # More of those worlds, named wrong at 99.9-100% before (44: 5 for 946, 47: 1 for 992,
+    # 70: 353 for 476). Still not found here, but no wrong configuration is claimed at 99%:
+    # the search ends ambiguous or names one with the low posterior it has.
+    from test_engine import _benchmark_world, _named
+
+    engine, world = _benchmark_world("load_comes_and_goes", trial)
+    outcome = engine.outcome
+    assert outcome is not None
+    if _named(engine) not in (None, world.culprit):
+        assert outcome.culprit is not None and outcome.culprit.confidence is not None
+        assert outcome.culprit.confidence < 0.99, outcome.message
+        # and it is not called verified: verified is the posterior with the verification's
+        # launches in it, stated as a number
+        assert not outcome.culprit.verified
+        assert outcome.culprit.note and "with probability" in outcome.culprit.note

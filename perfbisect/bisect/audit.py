@@ -64,6 +64,16 @@ class Audit(Verification):
         self._posterior_memo = (key, result)
         return result
 
+    def _machine_busy(self, seg: _Segment) -> bool:
+        """Two launches in a row that the posterior holds slow: the machine has busy periods,
+        so the bracket is verified in back-to-back pairs (a busy period slows both launches of
+        a pair; a lone re-launch of the first bad point inside one confirms a wrong verdict)."""
+        if any(v <= 0 for vs in self.launches.values() for v in vs):
+            return False
+        post, _, order = self.crossing_posterior(seg)
+        slow = [q >= 0.5 for _, q in sorted(zip(order, post.slow))]
+        return any(a and b for a, b in itertools.pairwise(slow))
+
     def _compute_posterior(self, seg: _Segment) -> tuple[CrossingPosterior, list[int], list[int]]:
         launched: dict[int, tuple[int, float]] = {}
         for source, seqs in ((self.launches, self.seq), (self.set_aside, self.set_aside_seq)):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Generator, Sequence
 
+from perfbisect.bisect.audit import AUDIT_TARGET
 from perfbisect.bisect.endpoints import Endpoints
 from perfbisect.bisect.engine_state import (
     _CORRECTED,
@@ -336,6 +337,18 @@ class Engine(Endpoints):
         effect = difference(a, b, self.rel_sd(), self.policy.noise.z)
         ok, note = self._verification(lo, hi, seg)
         confidence = self.audit_posterior.get(hi) if self._audited(seg) else None
+        if ok and confidence is not None and confidence < AUDIT_TARGET:
+            # Verified means the posterior with the verification's launches in it, not only
+            # an effect that excludes zero (a busy period can slow one side's launches).
+            ok, note = (
+                False,
+                (
+                    f"with every launch read in the order it ran (the verification's back-to-back "
+                    f"launches included), position {hi} is the first configuration past the "
+                    f"threshold with probability {confidence:.1%}, below the {AUDIT_TARGET:.0%} "
+                    "the verification needs"
+                ),
+            )
         return Culprit(self.point(lo), self.point(hi), effect, ok, note, confidence)
 
 

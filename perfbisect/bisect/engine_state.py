@@ -81,6 +81,10 @@ class EngineState:
         self.seen_gaps: list[tuple[int, int]] = []  # level changes seen, not searched
         self.creep_gaps: list[tuple[int, int]] = []  # level gaps searched, with no one step
         self.in_order: list[float] = []  # every launch value, in launch order
+        # why each of them was launched (endpoint, search, verify), by the same index: the
+        # verification's launches are the VERIFY ones (crossing first, the bracket's two sides
+        # back to back)
+        self.launch_purposes: list[Purpose] = []
         self.seq: dict[int, list[int]] = {}  # each launch's index into in_order, per position
         # Launches taken out of a point's evidence because they ran in a burst of the machine
         # (next to a launch no level can explain); they stay in the store and the log.
@@ -129,6 +133,7 @@ class EngineState:
                 self.launches.setdefault(position, []).append(result.value)
                 self.seq.setdefault(position, []).append(len(self.in_order))
                 self.in_order.append(result.value)
+                self.launch_purposes.append(request.purpose)
                 self._failing.pop(position, None)
                 continue
             reason = result.reason or "failed"

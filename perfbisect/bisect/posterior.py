@@ -14,20 +14,26 @@ steps share one level). This module weighs both:
   pays for itself only when the launches ask for it;
 * launches: a normal launch is log-normal around its point's level with the session's noise; a
   slow one is 1.15-3x the level (log-uniform: bursts and outliers of 1.3-2x), never faster;
-* time: whether a launch ran slow follows a two-state Markov chain over the launches in the
-  order they ran (a slow launch follows a slow one more often than a normal one); its two rates
-  are fitted to the session's launches, so a machine with rare lone outliers is not treated like
-  one with bursts;
+* time: the machine's state follows a Markov chain over the launches in the order they ran:
+  normal, or busy with one slow-down factor (a grid over 1.15-3x) that a busy period keeps
+  while it lasts (another job's share of the machine), so a good configuration launched in
+  one reads 1.6x like its neighbours in time, and a known configuration launched next to a
+  doubted one (the verification's back-to-back pairs) says what the period's factor is; its
+  rates (a period starts, lasts, changes its factor) are fitted to the session's launches, so
+  a machine with rare lone outliers is not treated like one with busy periods;
 * the crossing is the first run whose level is at or past the threshold; its posterior over the
   measured points is exact for the levels (dynamic programming over the runs) given each
-  launch's chance of being slow, and that chance is read from the chain given the other launches
-  (a few rounds of alternating the two).
+  launch's chance of being slow (and its factor), and those are read from the chain given the
+  other launches (a few rounds of alternating the two, from three starts, weighed by how well
+  each fixed point explains the launches: a busy period over a whole run of points and a level
+  of their own are both kept in view).
 
 Pure computation, no I/O: the engine asks it before naming a crossing.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,11 +45,25 @@ from numpy.typing import NDArray
 _SLOW_LO, _SLOW_HI = 1.15, 3.0
 _SLOW_EDGE_LO, _SLOW_EDGE_HI = 0.03, 0.3  # how fast its density falls off past each edge
 _LOG_SLOW = -math.log(math.log(_SLOW_HI / _SLOW_LO))
+# The machine's busy states: a busy period (another job, a compile, power capping) slows the
+# launches it covers by one factor, kept while it lasts; these factors, log-spaced over the
+# slow range, are the chain's busy states. A launch in a busy state lies around its level times
+# the state's factor (the session's noise widened by half the grid's spacing), or, with
+# _BUSY_LOOSE, anywhere in the slow range (an outlier, a burst whose launches each differ).
+_BUSY_STATES = 16
+_BUSY_LOG = [
+    math.log(_SLOW_LO) + k * math.log(_SLOW_HI / _SLOW_LO) / (_BUSY_STATES - 1)
+    for k in range(_BUSY_STATES)
+]
+_BUSY_SPREAD = 0.5 * math.log(_SLOW_HI / _SLOW_LO) / (_BUSY_STATES - 1)
+_BUSY_LOOSE = 0.1
 # Priors of the chain's rates, as (mean, pseudo-launches): a slow launch after a normal one is
 # rare; a slow one after a slow one (a burst going on) has moderate odds until the session's
-# own launches say otherwise.
+# own launches say otherwise; a busy launch after a busy one keeps its factor unless the
+# launches say that the machine's bursts slow each launch by its own factor.
 _START_PRIOR = (0.03, 40.0)
 _STAY_PRIOR = (0.3, 4.0)
+_SWITCH_PRIOR = (0.3, 4.0)
 _ROUNDS = 3  # rounds of alternating levels and the chain
 _GRID_STEP = 0.5  # the level grid's step, in units of the noise
 _LOG_2PI = math.log(2 * math.pi)
@@ -63,12 +83,15 @@ class TimedLaunch:
 class CrossingPosterior:
     """``crossing[j]``: the probability that measured point j is the first one at or past the
     threshold (entry 0, the better end, is 0); ``slow``: each launch's probability of having
-    run slow; ``start``/``stay``: the fitted rates of the chain."""
+    run slow (in a busy state of the machine); ``start``/``stay``: the fitted rates of the
+    chain (normal -> busy, busy -> busy); ``switch``: a busy launch's chance of a factor other
+    than the one before it."""
 
     crossing: list[float]
     slow: list[float]
     start: float
     stay: float
+    switch: float = 0.0
 
     def past(self, point: int) -> float:
         """The probability that measured point ``point`` is at or past the threshold."""
@@ -154,31 +177,73 @@ def crossing_posterior(
     for i in range(1, points):
         p = min(1 - 1e-9, max(1e-9, 1 - (1 - rate) ** max(gaps[i], 1)))
         log_change[i], log_stay[i] = math.log(p), math.log(1 - p)
-    start, stay = _START_PRIOR[0], _STAY_PRIOR[0]
-    q = [start / (1 - stay + start)] * len(launches)  # each launch's chance of running slow
-    crossing: list[float] = [0.0] * points
-    slow: list[float] = list(q)
     cells = np.asarray(grid)
     u = np.asarray(xs)[:, None] - cells[None, :]  # each launch against each level
-    normal, slow_at = _log_normal_grid(u, sd), _log_slow_grid(u)
+    spread = math.hypot(sd, _BUSY_SPREAD)
+    normal, loose = _log_normal_grid(u, sd), _log_slow_grid(u)
+    factors = np.asarray(_BUSY_LOG)
+    at_factor = _log_normal_grid(u[..., None] - factors, spread)  # (launch, level, state)
     owner = np.asarray([launch.point for launch in launches])
-    for _ in range(_ROUNDS):
-        slow_rate = np.asarray(q)[:, None]
-        mix = np.logaddexp(np.log1p(-slow_rate) + normal, np.log(slow_rate) + slow_at)
-        point_ll = np.zeros((points, len(grid)))
-        np.add.at(point_ll, owner, mix)
-        crossing, level_of = _crossing_by_runs(
-            point_ll, cells, below, log_density, log_change, log_stay
-        )
-        emit = [
-            (
-                _log_normal(xs[t] - level_of[launch.point], sd),
-                _log_slow(xs[t] - level_of[launch.point]),
+
+    def settle(levels: list[float] | None) -> tuple[float, CrossingPosterior]:
+        """Alternate the levels and the chain from a start (the chain's priors, or given
+        levels); the fixed point's posterior and its score (the launches' likelihood under
+        the chain given its levels, and the prior of its division into runs)."""
+        start, stay, switch = _START_PRIOR[0], _STAY_PRIOR[0], _SWITCH_PRIOR[0]
+        q0 = start / (1 - stay + start)
+        busy = np.full((len(launches), _BUSY_STATES), q0 / _BUSY_STATES)
+        slow: list[float] = [q0] * len(launches)
+        if levels is not None:
+            emit = [_emission(xs[t] - levels[w.point], sd, spread) for t, w in enumerate(launches)]
+            cavity, slow, start, stay, switch, _ = _fit_chain(emit, start, stay, switch)
+            busy = np.asarray(cavity)
+        crossing: list[float] = [0.0] * points
+        log_like = 0.0
+        level_of: list[float] = [0.0] * points
+        for _ in range(_ROUNDS):
+            q = np.clip(busy.sum(axis=1), 1e-4, 0.999)[:, None]
+            with np.errstate(divide="ignore"):
+                tight = _logsumexp_last(np.log((1 - _BUSY_LOOSE) * busy)[:, None, :] + at_factor)
+            slow_at = np.logaddexp(tight, math.log(_BUSY_LOOSE) + np.log(q) + loose)
+            mix = np.logaddexp(np.log1p(-q) + normal, slow_at)
+            point_ll = np.zeros((points, len(grid)))
+            np.add.at(point_ll, owner, mix)
+            crossing, level_of = _crossing_by_runs(
+                point_ll, cells, below, log_density, log_change, log_stay
             )
-            for t, launch in enumerate(launches)
-        ]
-        q, slow, start, stay = _fit_chain(emit, start, stay)
-    return CrossingPosterior(crossing, slow, start, stay)
+            emit = [
+                _emission(xs[t] - level_of[w.point], sd, spread) for t, w in enumerate(launches)
+            ]
+            cavity, slow, start, stay, switch, log_like = _fit_chain(emit, start, stay, switch)
+            busy = np.asarray(cavity)
+        division = log_density + sum(
+            log_change[i] + log_density if level_of[i] != level_of[i - 1] else log_stay[i]
+            for i in range(1, points)
+        )
+        return log_like + division, CrossingPosterior(crossing, slow, start, stay, switch)
+
+    # Three starts: the chain's priors (launches normal unless they stand out); every point at
+    # the lowest level measured up to it on the path (a busy period that slowed a run of
+    # points alike, which each point's own launches cannot tell from a level); every point at
+    # the level of the end whose side of the threshold it measured on (launches beyond the
+    # worse end slow ones, not a level). Alternating from one start keeps the explanation it
+    # began with; the fixed points are weighed by how well each explains the launches.
+    own: dict[int, float] = {}
+    for t, w in enumerate(launches):
+        own[w.point] = min(xs[t], own.get(w.point, math.inf))
+    mins = [own.get(k, math.inf) for k in range(points)]
+    envelope = list(itertools.accumulate(mins, min))
+    ends = [mins[0] if mins[k] < log_t else mins[-1] for k in range(points)]
+    fits = [settle(None), settle(envelope), settle(ends)]
+    top = max(score for score, _ in fits)
+    weights = [math.exp(score - top) for score, _ in fits]
+    total_w = sum(weights)
+    best = max(fits, key=lambda f: f[0])[1]
+    crossing = [
+        sum(wt * f.crossing[j] for wt, (_, f) in zip(weights, fits)) / total_w
+        for j in range(points)
+    ]
+    return CrossingPosterior(crossing, best.slow, best.start, best.stay, best.switch)
 
 
 def slow_launches(
@@ -268,74 +333,104 @@ def _crossing_by_runs(
     return [float(c) for c in crossing], level_of
 
 
+def _emission(u: float, sd: float, spread: float) -> list[float]:
+    """A launch ``u`` (log) above its level: its log-density in each state of the machine
+    (normal, then each busy factor)."""
+    loose = math.log(_BUSY_LOOSE) + _log_slow(u)
+    tight = math.log(1 - _BUSY_LOOSE)
+    return [
+        _log_normal(u, sd),
+        *(_logaddexp(tight + _log_normal(u - f, spread), loose) for f in _BUSY_LOG),
+    ]
+
+
 def _fit_chain(
-    emit: Sequence[tuple[float, float]], start: float, stay: float
-) -> tuple[list[float], list[float], float, float]:
+    emit: Sequence[Sequence[float]], start: float, stay: float, switch: float
+) -> tuple[list[list[float]], list[float], float, float, float, float]:
     """Fit the chain's rates to the launches (a few EM rounds, with the priors as
-    pseudo-counts). Returns each launch's chance of being slow given the *other* launches (what
-    the levels' likelihood takes as its prior), given all of them (its own value too), and the
-    rates."""
+    pseudo-counts). Returns each launch's chance of each busy state given the *other* launches
+    (what the levels' likelihood takes as its prior), its chance of having run slow given all
+    of them (its own value too), the rates and the launches' log-likelihood under them."""
     for _ in range(3):
-        _, _, _, counts = _forward_backward(emit, start, stay)
+        _, _, _, counts = _forward_backward(emit, start, stay, switch)
         m, w = _START_PRIOR
         start = (counts[1] + m * w) / (counts[0] + counts[1] + w)
         m, w = _STAY_PRIOR
-        stay = (counts[3] + m * w) / (counts[2] + counts[3] + w)
-    _, cavity, posterior, _ = _forward_backward(emit, start, stay)
-    return [min(0.999, max(1e-4, c)) for c in cavity], posterior, start, stay
+        stay = (counts[3] + counts[4] + m * w) / (counts[2] + counts[3] + counts[4] + w)
+        m, w = _SWITCH_PRIOR
+        switch = (counts[4] + m * w) / (counts[3] + counts[4] + w)
+    log_like, cavity, posterior, _ = _forward_backward(emit, start, stay, switch)
+    return cavity, posterior, start, stay, switch, log_like
 
 
 def _forward_backward(
-    emit: Sequence[tuple[float, float]], start: float, stay: float
-) -> tuple[float, list[float], list[float], list[float]]:
-    """Log-likelihood; each launch's probability of being slow given the other launches only,
-    and given all of them; the expected transition counts (N->N, N->S, S->N, S->S). Scaled
-    probabilities (each step normalised), not logs: the chain has two states and this runs at
-    every step of a search."""
-    t00, t01, t10, t11 = 1 - start, start, 1 - stay, stay
-    init = start / (1 - stay + start)
+    emit: Sequence[Sequence[float]], start: float, stay: float, switch: float
+) -> tuple[float, list[list[float]], list[float], list[float]]:
+    """Log-likelihood; each launch's probability of each busy state given the other launches
+    only; its probability of being slow given all of them; the expected transition counts
+    (normal -> normal, normal -> busy, busy -> normal, busy -> the same factor, busy -> another
+    factor). Scaled probabilities (each step normalised), not logs; the transitions have a
+    shape (a busy period starts at any factor, keeps it or switches to any other) that makes
+    each step linear in the states, not quadratic."""
+    k_n = _BUSY_STATES
+    to_busy = start / k_n
+    keep = stay * (1 - switch)
+    hop = stay * switch / (k_n - 1)
+    init_busy = start / (1 - stay + start)
     n = len(emit)
-    # each launch's emission, scaled so that the larger of the two is 1 (the scale is kept)
-    en, es, scale = [], [], 0.0
-    for e0, e1 in emit:
-        m = max(e0, e1)
-        en.append(math.exp(e0 - m))
-        es.append(math.exp(e1 - m))
-        scale += m
-    pred: list[tuple[float, float]] = []  # P(state | launches before it)
-    alpha: list[tuple[float, float]] = []  # P(state | launches up to it)
+    scaled: list[list[float]] = []
+    log_like = 0.0
+    for e in emit:
+        m = max(e)
+        scaled.append([math.exp(v - m) for v in e])
+        log_like += m
+    pred: list[list[float]] = []
+    alpha: list[list[float]] = []
     norms: list[float] = []
-    log_like = scale
     for t in range(n):
         if t == 0:
-            p0, p1 = 1 - init, init
+            p = [1 - init_busy, *([init_busy / k_n] * k_n)]
         else:
-            a0, a1 = alpha[-1]
-            p0, p1 = a0 * t00 + a1 * t10, a0 * t01 + a1 * t11
-        pred.append((p0, p1))
-        f0, f1 = p0 * en[t], p1 * es[t]
-        c = f0 + f1
+            a = alpha[-1]
+            total = sum(a[1:])
+            p = [a[0] * (1 - start) + total * (1 - stay)]
+            p.extend(a[0] * to_busy + a[k] * keep + (total - a[k]) * hop for k in range(1, k_n + 1))
+        pred.append(p)
+        f = [pk * ek for pk, ek in zip(p, scaled[t])]
+        c = sum(f)
         norms.append(c)
         log_like += math.log(c)
-        alpha.append((f0 / c, f1 / c))
-    beta: list[tuple[float, float]] = [(1.0, 1.0)] * n
+        alpha.append([v / c for v in f])
+    ones = [1.0] * (k_n + 1)
+    beta: list[list[float]] = [ones] * n
     for t in range(n - 2, -1, -1):
-        n1, s1 = en[t + 1] * beta[t + 1][0], es[t + 1] * beta[t + 1][1]
+        g = [ek * bk for ek, bk in zip(scaled[t + 1], beta[t + 1])]
+        big = sum(g[1:])
         c = norms[t + 1]
-        beta[t] = ((t00 * n1 + t01 * s1) / c, (t10 * n1 + t11 * s1) / c)
-    cavity, posterior = [], []
+        b = [((1 - start) * g[0] + to_busy * big) / c]
+        b.extend(
+            ((1 - stay) * g[0] + keep * g[k] + hop * (big - g[k])) / c for k in range(1, k_n + 1)
+        )
+        beta[t] = b
+    cavity: list[list[float]] = []
+    posterior: list[float] = []
     for t in range(n):
-        b0, b1 = beta[t]
-        c_slow, c_normal = pred[t][1] * b1, pred[t][0] * b0
-        cavity.append(c_slow / (c_slow + c_normal))
-        g_slow, g_normal = alpha[t][1] * b1, alpha[t][0] * b0
-        posterior.append(g_slow / (g_slow + g_normal))
-    counts = [0.0, 0.0, 0.0, 0.0]
-    trans = ((t00, t01), (t10, t11))
+        given_others = [pk * bk for pk, bk in zip(pred[t], beta[t])]
+        total = sum(given_others)
+        cavity.append([min(0.999, max(1e-6, v / total)) for v in given_others[1:]])
+        post = [ak * bk for ak, bk in zip(alpha[t], beta[t])]
+        posterior.append(1 - post[0] / sum(post))
+    counts = [0.0] * 5
     for t in range(n - 1):
-        e = (en[t + 1] * beta[t + 1][0], es[t + 1] * beta[t + 1][1])
+        g = [ek * bk for ek, bk in zip(scaled[t + 1], beta[t + 1])]
+        big = sum(g[1:])
         c = norms[t + 1]
-        for i in (0, 1):
-            for k in (0, 1):
-                counts[2 * i + k] += alpha[t][i] * trans[i][k] * e[k] / c
+        a = alpha[t]
+        busy_now = sum(a[1:])
+        counts[0] += a[0] * (1 - start) * g[0] / c
+        counts[1] += a[0] * to_busy * big / c
+        counts[2] += busy_now * (1 - stay) * g[0] / c
+        same = sum(a[k] * g[k] for k in range(1, k_n + 1))
+        counts[3] += keep * same / c
+        counts[4] += hop * (busy_now * big - same) / c
     return log_like, cavity, posterior, counts

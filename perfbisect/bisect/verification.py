@@ -4,7 +4,8 @@ pairs once the machine has shown bursts, and the confirmation of a level gap bef
 
 from __future__ import annotations
 
-from collections.abc import Generator
+import math
+from collections.abc import Generator, Sequence
 
 from perfbisect.bisect.engine_state import (
     _CORRECTED,
@@ -14,6 +15,7 @@ from perfbisect.bisect.levels import Levels
 from perfbisect.bisect.stats import (
     Verdict,
     classify,
+    estimate,
     median,
 )
 from perfbisect.bisect.values import (
@@ -172,7 +174,12 @@ class Verification(Levels):
     ) -> Generator[_Batch, list[LaunchResult], int | None]:
         if not self.policy.paired_verify:
             return (yield from self._verify_single(seg, lo, hi))
-        if not self._slow_launches_seen(seg):
+        # Crossing first, the bracket's two sides are always launched back to back (A B): a
+        # lone re-launch of the first bad point inside a busy period that also covered its
+        # search launch confirms a wrong verdict; lo's launch next to it shows the period.
+        # (Two configurations only: the endpoint phase launched them interleaved already.)
+        paired = self._audited(seg) and (lo, hi) != (seg.lo, seg.hi)
+        if not self._slow_launches_seen(seg) and not paired:
             flipped = yield from self._verify_single(seg, lo, hi)
             if flipped is None and self._lone_crossing(seg, hi):
                 flipped = yield from self._verify_single(seg, lo, hi)
@@ -190,6 +197,11 @@ class Verification(Levels):
         if (yield from self._verify_pairs(seg, lo, hi)):
             return _CORRECTED
         return (yield from self._verify_single(seg, lo, hi, measured))
+
+    def _machine_busy(self, seg: _Segment) -> bool:
+        """Has the machine shown a busy period (launches in a row that ran slow)? Audit.py
+        reads it from the posterior; here, no."""
+        return False
 
     def _audited(self, seg: _Segment) -> bool:
         """Is this segment's crossing checked by the audit (audit.py) before it is named?
@@ -248,7 +260,21 @@ class Verification(Levels):
             # shown a burst: a burst slows each launch of a pair by its own 1.5-2x, so the
             # ratio of one pair inside it can show a step that is not there.
             bursty = self._beyond(seg, lo, hi, since) or self._slow_launches_seen(seg)
+            paired = self._audited(seg) and (lo, hi) != ends
+            bursty = bursty or (paired and self._machine_busy(seg))
             need = self.policy.paired_min if bursty else 1
+            if paired:
+                # Crossing first: each pair's ratio times lo's own level is where hi lies, a
+                # busy period slowing both launches of the pair alike or not at all.
+                side = self._pair_side(seg, lo, hi, ratios)
+                if side is Verdict.BAD and n >= need:
+                    return False
+                if side is Verdict.GOOD and hi not in ends:
+                    self._set_verdict(hi, Verdict.GOOD, seg)
+                    return True
+                if n >= self.policy.paired_max:
+                    return False
+                continue
             if n >= need and min(ratios) >= floor:
                 return False  # every pair shows the step
             if n >= self.policy.paired_min and median(ratios) < 1 + self.policy.min_effect / 2:
@@ -266,6 +292,22 @@ class Verification(Levels):
         else:
             return False
         return True
+
+    def _pair_side(
+        self, seg: _Segment, lo: int, hi: int, ratios: Sequence[float]
+    ) -> Verdict | None:
+        """The side of the threshold that back-to-back pairs put ``hi`` on: each pair's ratio
+        (worse over better) applied to ``lo``'s level. Slow launches are never fast, so lo's
+        level (from its fastest launches that agree) is the one a busy period misleads least,
+        and a busy period that slows both launches of a pair leaves their ratio."""
+        ref = self._level_of(self.launches[lo])
+        if self.policy.higher_is_better:
+            implied = [ref / r for r in ratios]
+        else:
+            implied = [ref * r for r in ratios]
+        # a ratio carries the noise of two launches
+        est = estimate(implied, self.rel_sd() * math.sqrt(2), self.policy.noise.z)
+        return classify(est, seg.threshold, self.policy.higher_is_better)
 
     def _verify_single(
         self, seg: _Segment, lo: int, hi: int, measured: int | None = None
