@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -271,7 +271,7 @@ def reusable_launches(
         if not sessions:
             return {}
         rows = db.execute(
-            select(Launch, EnvSnapshot)
+            select(Launch, EnvSnapshot.data)
             .join(EnvSnapshot, Launch.snapshot_id == EnvSnapshot.id)
             .where(
                 Launch.session_id.in_(sessions),
@@ -281,26 +281,35 @@ def reusable_launches(
             )
             .order_by(Launch.id)
         ).all()
-        out: dict[str, list[Reusable]] = {}
-        for launch, snap in rows:
-            if any(str(f).startswith("reused from") for f in launch.flags or []):
-                continue  # reuse the measurement itself, never a copy of it
-            samples = list(
-                db.scalars(
-                    select(Sample.value).where(Sample.launch_id == launch.id).order_by(Sample.idx)
-                )
+        return collect_reusable(db, rows)
+
+
+def collect_reusable(
+    db: Session, rows: Iterable[tuple[Launch, Mapping[str, Any] | None]]
+) -> dict[str, list[Reusable]]:
+    """Successful launches (with their snapshot's data) as reusable measurements, by
+    configuration fingerprint, in the order given: sessions' launches and watched series'
+    alike (a watcher's launch has no session: 0)."""
+    out: dict[str, list[Reusable]] = {}
+    for launch, data in rows:
+        if any(str(f).startswith("reused from") for f in launch.flags or []):
+            continue  # reuse the measurement itself, never a copy of it
+        samples = list(
+            db.scalars(
+                select(Sample.value).where(Sample.launch_id == launch.id).order_by(Sample.idx)
             )
-            out.setdefault(launch.fingerprint, []).append(
-                Reusable(
-                    launch.id,
-                    int(launch.session_id or 0),
-                    float(launch.value or 0.0),  # status "ok": it has a value
-                    samples,
-                    str((snap.data or {}).get("host", "")),
-                    launch.started_at,
-                )
+        )
+        out.setdefault(launch.fingerprint, []).append(
+            Reusable(
+                launch.id,
+                int(launch.session_id or 0),
+                float(launch.value or 0.0),  # status "ok": it has a value
+                samples,
+                str((data or {}).get("host", "")),
+                launch.started_at,
             )
-        return out
+        )
+    return out
 
 
 def configuration_axes(db: Session, fingerprint: str) -> dict[str, Any]:

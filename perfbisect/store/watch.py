@@ -13,12 +13,11 @@ from sqlalchemy.exc import IntegrityError
 
 from perfbisect.errors import StoreError, UsageError
 from perfbisect.store.database import Store
-from perfbisect.store.history import Reusable
+from perfbisect.store.history import Reusable, collect_reusable
 from perfbisect.store.models import (
     ChangePointRow,
     EnvSnapshot,
     Launch,
-    Sample,
     SessionRow,
     WatchLaunch,
     WatchSeries,
@@ -305,21 +304,4 @@ def watch_reusable(
             )
             .order_by(Launch.id)
         ).all()
-        out: dict[str, list[Reusable]] = {}
-        for launch, data in rows:
-            samples = list(
-                db.scalars(
-                    select(Sample.value).where(Sample.launch_id == launch.id).order_by(Sample.idx)
-                )
-            )
-            out.setdefault(launch.fingerprint, []).append(
-                Reusable(
-                    launch.id,
-                    0,  # no session: a watcher's launch
-                    float(launch.value or 0.0),
-                    samples,
-                    str((data or {}).get("host", "")),
-                    launch.started_at,
-                )
-            )
-        return out
+        return collect_reusable(db, rows)
