@@ -37,6 +37,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -98,7 +99,7 @@ class CrossingPosterior:
         return sum(self.crossing[: point + 1])
 
 
-def _logsumexp_last(values: NDArray[np.float64]) -> NDArray[np.float64]:
+def _logsumexp_last(values: NDArray[Any]) -> NDArray[np.float64]:
     """log(sum(exp)) over the last axis; -inf where every entry is -inf (or there is none)."""
     if values.shape[-1] == 0:
         return np.full(values.shape[:-1], -np.inf)
@@ -140,7 +141,8 @@ def _log_slow(u: float) -> float:
 
 
 def _log_normal_grid(u: NDArray[np.float64], sd: float) -> NDArray[np.float64]:
-    return -0.5 * (u / sd) ** 2 - math.log(sd) - 0.5 * _LOG_2PI
+    # asarray: numpy's stubs differ between releases on the dtype this arithmetic gives
+    return np.asarray(-0.5 * (u / sd) ** 2 - math.log(sd) - 0.5 * _LOG_2PI, dtype=np.float64)
 
 
 def _log_slow_grid(u: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -191,7 +193,7 @@ def crossing_posterior(
         the chain given its levels, and the prior of its division into runs)."""
         start, stay, switch = _START_PRIOR[0], _STAY_PRIOR[0], _SWITCH_PRIOR[0]
         q0 = start / (1 - stay + start)
-        busy = np.full((len(launches), _BUSY_STATES), q0 / _BUSY_STATES)
+        busy: NDArray[Any] = np.full((len(launches), _BUSY_STATES), q0 / _BUSY_STATES)
         slow: list[float] = [q0] * len(launches)
         if levels is not None:
             emit = [_emission(xs[t] - levels[w.point], sd, spread) for t, w in enumerate(launches)]
