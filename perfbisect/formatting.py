@@ -54,13 +54,12 @@ def verification_text(step: Step) -> str:
     return f"no: {step.verify_note or 'no reason recorded'}{ran}"
 
 
-def stage_times(timings: Mapping[str, Any], brief: bool = False) -> str:
-    """``build 0.1s, ready 56.0s, measure 30.2s`` from a launch's stored timings; ``brief``
-    (a table cell) leaves out stages that took under 0.05 s (a reused checkout)."""
+def stage_times(timings: Mapping[str, Any]) -> str:
+    """``build 0.1s, ready 56.0s, measure 30.2s`` from a launch's stored timings."""
     parts = [
         f"{k.removesuffix('_s')} {float(v):.1f}s"
         for k, v in timings.items()
-        if k.endswith("_s") and isinstance(v, (int, float)) and not (brief and float(v) < 0.05)
+        if k.endswith("_s") and isinstance(v, (int, float))
     ]
     return ", ".join(parts) or "-"
 

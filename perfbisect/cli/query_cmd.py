@@ -100,7 +100,7 @@ def history_cmd(
                 v.metric,
                 num(v.value),
                 v.n_samples,
-                stage_times(v.timings, brief=True),
+                stage_times(v.timings),
                 v.status
                 if v.status == "ok"
                 else f"{v.stage}: {lead_with_error(v.reason or 'failed')}",
