@@ -115,7 +115,7 @@ def session_log_root(session_id: int, log_key: str | None) -> Path:
     return cache_dir() / "logs" / name
 
 
-def _log_dir(root: Path, seq: int, config: Configuration) -> Path:
+def launch_log_dir(root: Path, seq: int, config: Configuration) -> Path:
     return root / f"{seq:04d}-{config.fingerprint[:8]}"
 
 
@@ -138,7 +138,7 @@ def measure_launch(
     hosts_seen: set[str],
 ) -> LaunchResult:
     config = request.config
-    log_dir = _log_dir(log_root, seq, config)
+    log_dir = launch_log_dir(log_root, seq, config)
     # When the launch began (the record is written when it ends): launches of one round overlap.
     base = replace(
         _record(session_id, seq, request, experiment), log_path=str(log_dir), started_at=utcnow()

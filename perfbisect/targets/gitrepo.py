@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from perfbisect.errors import RevisionError, StepFailed
+from perfbisect.folder_lock import held
 
 
 @dataclass(frozen=True)
@@ -122,10 +123,13 @@ class GitRepo:
         nothing is copied), where the worktrees are registered: the user's repository keeps
         its own ``git worktree list``. New commits need no fetch: their objects are found
         through the alternates link."""
+        digest = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:10]
+        with held(root / digest / ".lock"):
+            return self._checkouts(root / digest / "checkouts.git")
+
+    def _checkouts(self, clone: Path) -> Any:
         import git
 
-        digest = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:10]
-        clone = root / digest / "checkouts.git"
         if not (clone / "HEAD").exists():
             clone.parent.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(clone, ignore_errors=True)
@@ -144,18 +148,20 @@ class GitRepo:
         so that the least recently used ones are the ones evicted)."""
         digest = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:10]
         where = root / digest / f"{sha[:16]}{variant}"
-        if (where / ".git").exists():
-            head = Path(where)
-            try:
-                import git
-
-                if git.Repo(head).head.commit.hexsha == sha:
-                    where.touch()
-                    return where
-            except Exception:  # a broken worktree is recreated below
-                pass
+        if _checked_out(where, sha):
+            where.touch()
+            return where
         where.parent.mkdir(parents=True, exist_ok=True)
-        clone = self.checkouts(root)
+        # Another process sharing this cache (a second session, a watcher) may be adding,
+        # pruning or evicting worktrees of this repository at this moment.
+        with held(root / digest / ".lock"):
+            return self._add_worktree(sha, root / digest, where)
+
+    def _add_worktree(self, sha: str, folder: Path, where: Path) -> Path:
+        if _checked_out(where, sha):  # made by another process while this one waited
+            where.touch()
+            return where
+        clone = self._checkouts(folder / "checkouts.git")
         try:
             clone.git.worktree("prune")
             if where.exists():
@@ -166,8 +172,19 @@ class GitRepo:
             clone.git.worktree("add", "--detach", "--force", str(where), sha)
         except self._errors as exc:
             raise StepFailed("checkout", f"git worktree add failed: {exc.stderr.strip()}") from None
-        evict_worktrees(root / digest, keep=MAX_WORKTREES, spare=where)
+        evict_worktrees(folder, keep=MAX_WORKTREES, spare=where)
         return where
+
+
+def _checked_out(where: Path, sha: str) -> bool:
+    if not (where / ".git").exists():
+        return False
+    import git
+
+    try:
+        return bool(git.Repo(where).head.commit.hexsha == sha)
+    except Exception:  # a broken worktree is recreated by the caller
+        return False
 
 
 MAX_WORKTREES = 48  # per repository; the least recently used beyond this are removed

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfbisect.bisect.driver import _log_dir, measure_launch, slot_experiments
+from perfbisect.bisect.driver import launch_log_dir, measure_launch, slot_experiments
 from perfbisect.bisect.values import LaunchRequest, LaunchResult, Purpose
 from perfbisect.config import Configuration
 from perfbisect.executors.registry import make_target
@@ -84,7 +84,7 @@ def measure(
             root,
             set(),
         )
-        log_dir = str(_log_dir(root, plan.seq, plan.config))
+        log_dir = str(launch_log_dir(root, plan.seq, plan.config))
         link_launch(store, series_id, log_dir, plan.commit, plan.ordinal)
         done = Measured(plan.commit, plan.ordinal, result.value, result.reason)
         if on_done is not None:
