@@ -13,6 +13,7 @@ from typing import Any
 from perfbisect.explain.change import Change
 from perfbisect.explain.evidence import LaunchEvidence
 from perfbisect.explain.groups import HOST_GAP
+from perfbisect.explain.mechanisms import MECHANISMS
 from perfbisect.explain.model import Finding, Side
 from perfbisect.explain.nccl_log import DIAGNOSTIC_VARIABLES
 from perfbisect.explain.sides import op_means
@@ -55,33 +56,6 @@ def operator_findings(
                 share,
                 delta,
                 f"profiler traces ({traces})",
-            )
-        )
-    return out
-
-
-def graph_findings(good: Side, bad: Side) -> list[Finding]:
-    out = []
-    gf, bf = good.graph_fraction, bad.graph_fraction
-    if gf is not None and bf is not None and abs(gf - bf) >= 0.1:
-        out.append(
-            Finding(
-                "graph",
-                f"verify in CUDA graphs: {gf:.0%} of cycles -> {bf:.0%}",
-                None,
-                None,
-                "the verify timer's per-cycle records",
-            )
-        )
-    gk, bk = good.kernels_per_verify, bad.kernels_per_verify
-    if gk and bk and good.device == "cuda" and (bk >= 1.5 * gk or gk >= 1.5 * bk):
-        out.append(
-            Finding(
-                "graph",
-                f"kernels per verify {gk:.0f} -> {bk:.0f}",
-                None,
-                None,
-                "profiler traces (kernels launched inside the verify range)",
             )
         )
     return out
@@ -279,13 +253,24 @@ def change_findings(change: Change | None) -> list[Finding]:
 
 # Unapportioned findings, most telling first: how verify ran, what NCCL did, what reached the
 # processes, the machine, then the change's files.
-KIND_ORDER = ("graph", "nccl", "environment", "machine", "change")
+KIND_ORDER = ("batch", "synchronisation", "graph", "nccl", "environment", "machine", "change")
 
 
 def rank(findings: Sequence[Finding]) -> tuple[Finding, ...]:
-    measured = sorted((f for f in findings if f.share is not None), key=lambda f: -(f.share or 0))
-    others = sorted(
-        (f for f in findings if f.share is None),
-        key=lambda f: KIND_ORDER.index(f.kind) if f.kind in KIND_ORDER else len(KIND_ORDER),
+    """How the verify ran first (a mechanism, with its share where measured), then the
+    operators by share, then the rest by kind."""
+
+    def order(f: Finding) -> int:
+        return KIND_ORDER.index(f.kind) if f.kind in KIND_ORDER else len(KIND_ORDER)
+
+    mechanisms = sorted(
+        (f for f in findings if f.kind in MECHANISMS), key=lambda f: (order(f), -(f.share or 0))
     )
-    return (*measured, *others)
+    measured = sorted(
+        (f for f in findings if f.share is not None and f.kind not in MECHANISMS),
+        key=lambda f: -(f.share or 0),
+    )
+    others = sorted(
+        (f for f in findings if f.share is None and f.kind not in MECHANISMS), key=order
+    )
+    return (*mechanisms, *measured, *others)

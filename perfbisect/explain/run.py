@@ -21,6 +21,7 @@ from perfbisect.errors import UsageError
 from perfbisect.executors.registry import make_target
 from perfbisect.experiment import Experiment, ExplainSettings, load_experiment
 from perfbisect.explain import findings as rules
+from perfbisect.explain import mechanisms
 from perfbisect.explain.change import Change, parse_diff
 from perfbisect.explain.evidence import PROFILE_FOLDER, LaunchEvidence, read_launch
 from perfbisect.explain.model import Cost, Explanation, Finding, Side
@@ -216,7 +217,9 @@ def compare(
         )
     differing = ", ".join(f"{a}: {good.get(a)} -> {bad.get(a)}" for a in good.differing_axes(bad))
     change = describe_change(experiment, good, bad)
-    found += rules.graph_findings(g_side, b_side)
+    found += mechanisms.batch_findings(g_side, b_side)
+    found += mechanisms.sync_findings(g_side, b_side, profiled)
+    found += mechanisms.graph_findings(g_side, b_side, profiled)
     found += rules.nccl_findings(g_side, b_side)
     found += rules.allreduce_findings(g_side, b_side)
     found += rules.environment_findings(good_ev, bad_ev, differing)

@@ -60,6 +60,51 @@ def nccl_processes(launches: Sequence[LaunchEvidence]) -> list[dict[str, Any]]:
     return out
 
 
+HOST_FIELDS = (
+    "launches",
+    "graph_launches",
+    "kernel_launches",
+    "syncs",
+    "sync_ms",
+    "d2h_copies",
+    "idle_before_replay_ms",
+)
+
+
+def host_means(launches: Sequence[LaunchEvidence]) -> dict[str, Any] | None:
+    """Means over the side's GPU traces of the host's CUDA calls per verify."""
+    calls = [t.host for launch in launches for t in launch.traces if t.host is not None]
+    if not calls:
+        return None
+    out: dict[str, Any] = {}
+    for name in HOST_FIELDS:
+        values = [getattr(c, name) for c in calls if getattr(c, name) is not None]
+        out[name] = _mean(values)
+    sync_calls: dict[str, float] = defaultdict(float)
+    for c in calls:
+        for call, count in c.sync_calls:
+            sync_calls[call] += count / len(calls)
+    out["sync_calls"] = dict(sync_calls)
+    return out
+
+
+def batch_counts(launches: Sequence[LaunchEvidence]) -> dict[str, Any] | None:
+    """Verifies per batch size (and how many of them replayed a CUDA graph), and the batch
+    sizes the server captured graphs for, over the side's launches."""
+    by_bs: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for launch in launches:
+        for bs, graph in launch.verifies:
+            by_bs[bs][0] += 1
+            by_bs[bs][1] += int(graph)
+    captured = sorted({size for launch in launches for size in (launch.captured or ())})
+    if not by_bs and not captured:
+        return None
+    return {
+        "verifies_by_bs": {str(bs): list(v) for bs, v in sorted(by_bs.items())},
+        "captured": captured or None,
+    }
+
+
 def fold(label: str, config: Mapping[str, str], launches: Sequence[LaunchEvidence]) -> Side:
     traces = [t for launch in launches for t in launch.traces]
     ops = op_means(launches)
@@ -91,6 +136,8 @@ def fold(label: str, config: Mapping[str, str], launches: Sequence[LaunchEvidenc
         allreduce_paths=tuple(dict.fromkeys(p for t in traces for p in t.allreduce_paths)),
         traces=tuple(t.path for t in traces),
         nccl=tuple(nccl_processes(launches)),
+        host=host_means(launches),
+        batches=batch_counts(launches),
         ranks=tuple(
             {
                 "launch": launch.launch_id,

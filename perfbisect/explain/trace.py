@@ -11,14 +11,16 @@ first profiled verify is left out: it carries the profiler's own start-up.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from perfbisect.explain.groups import HOST_GAP, group_of, nccl_kernel
+from perfbisect.explain.host_calls import HostCalls, TraceEvent, host_calls
 
 STAGES = {
     "perfbisect.verify": "verify",
@@ -58,6 +60,7 @@ class TraceSummary:
     gpu_idle_ms_per_verify: float | None  # None on CPU
     nccl: tuple[NcclUse, ...] = field(default_factory=tuple)
     allreduce_paths: tuple[str, ...] = ()  # which all-reduce implementations the trace shows
+    host: HostCalls | None = None  # GPU only: the host's CUDA calls inside the verify
 
 
 def allreduce_paths(names: set[str], nccl_sites: set[str]) -> tuple[str, ...]:
@@ -153,9 +156,13 @@ def _union_us(spans: Iterable[tuple[float, float]]) -> float:
 
 
 def summarise(path: Path) -> TraceSummary | None:
-    """The per-verify summary of one trace; None when it holds no verify range."""
-    events = _events(json.loads(path.read_text()))
-    marks = [e for e in events if e.name in STAGES]
+    """The per-verify summary of one trace (``.json``, or ``.json.gz`` as kept in the docs);
+    None when it holds no verify range."""
+    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    events = _events(json.loads(raw))
+    # The host's ranges only: the profiler also draws each range on the GPU's timeline
+    # (``gpu_user_annotation``), which would count every verify twice.
+    marks = [e for e in events if e.name in STAGES and e.cat != "gpu_user_annotation"]
     windows = sorted((e for e in marks if STAGES[e.name] == "verify"), key=lambda e: e.ts)
     if not windows:
         return None
@@ -250,8 +257,24 @@ def _gpu_summary(
         for (site, op, algo, proto), count in sorted(nccl_counts.items(), key=str)
     )
     kernels_per_verify = sum(len(k) for k in per_window.values()) / n
+    runtime = [e for e in events if e.cat in ("cuda_runtime", "cuda_driver")]
+
+    def window_of(event: TraceEvent) -> _Event | None:
+        return _inside(cast(_Event, event), kept)  # host_calls hands back this trace's events
+
+    calls = host_calls(runtime, gpu, kept, window_of)
     return TraceSummary(
-        str(path), "cuda", n, verify_ms, stage_ms, ops, groups, kernels_per_verify, idle_ms, nccl
+        str(path),
+        "cuda",
+        n,
+        verify_ms,
+        stage_ms,
+        ops,
+        groups,
+        kernels_per_verify,
+        idle_ms,
+        nccl,
+        host=calls,
     )
 
 
