@@ -19,6 +19,7 @@ from perfbisect.explain.findings import rank
 from perfbisect.explain.mechanisms import batch_findings, graph_findings, sync_findings
 from perfbisect.explain.sides import fold
 from perfbisect.explain.trace import summarise
+from perfbisect.explain.trace_read import hta_available
 
 REAL_TRACE = (
     Path(__file__).parents[1]
@@ -245,3 +246,34 @@ def test_the_stand_in_sglang_names_the_batch_above_the_captured_sizes(
     assert why["bad"]["batches"]["captured"] == [1, 2]
     assert why["good"]["batches"]["verifies_by_bs"]["4"][1] > 0  # in graphs on the good side
     assert why["delta"] > 0
+
+
+@pytest.mark.skipif(not hta_available(), reason="HolisticTraceAnalysis is not installed")
+def test_holistic_trace_analysis_and_the_json_reader_give_the_same_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTA parses the traces where it is installed (the explain extra); the JSON reader stays
+    for where it is not (the GPU machine's carried wheels): both read a real H200 trace and a
+    CPU trace of the reference server to the same per-verify numbers."""
+    import perfbisect.explain.trace as trace_module
+    from perfbisect.explain.trace_read import HTA, JSON_READER, read_events
+
+    cpu = gpu_trace(tmp_path / "cpu.json", "eager")
+    for path in (REAL_TRACE, cpu):
+        by_hta = summarise(path)
+        monkeypatch.setattr(trace_module, "read_events", lambda p: read_events(p, False))
+        by_json = summarise(path)
+        monkeypatch.undo()
+        assert by_hta is not None and by_json is not None
+        assert (by_hta.reader, by_json.reader) == (HTA, JSON_READER)
+        assert by_hta.verifies == by_json.verifies
+        assert by_hta.kernels_per_verify == by_json.kernels_per_verify
+        assert by_hta.verify_ms == pytest.approx(by_json.verify_ms, rel=1e-6)
+        for group, ms in by_json.groups.items():
+            assert by_hta.groups[group] == pytest.approx(ms, rel=1e-6, abs=1e-9), group
+        assert by_hta.host == by_json.host or (
+            by_hta.host is not None
+            and by_json.host is not None
+            and by_hta.host.launches == by_json.host.launches
+            and by_hta.host.sync_ms == pytest.approx(by_json.host.sync_ms, rel=1e-6)
+        )

@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from perfbisect.bisect.report_model import Report
 from perfbisect.cli.render import console, render_rows
+from perfbisect.explain.how_it_ran import how_it_ran
 from perfbisect.formatting import cfg, num, short_hashes
 
 TOP_FINDINGS = 5
@@ -82,6 +83,9 @@ def render_why(why: Mapping[str, Any]) -> None:
                 for g in groups
             ],
         )
+    rows = how_it_ran(good, bad)
+    if rows:
+        render_rows("how the verify ran (per verify)", ["", "good", "bad"], rows)
     for side in (good, bad):
         if side["allreduce_paths"]:
             out.print(f"  all-reduce path ({side['label']}): {', '.join(side['allreduce_paths'])}")

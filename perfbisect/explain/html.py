@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from perfbisect.explain.how_it_ran import how_it_ran
+
 COLOURS = {"good": "#2ca02c", "bad": "#d62728"}
 
 
@@ -66,6 +68,12 @@ def why_html(why: Mapping[str, Any]) -> str:
         parts += [
             f"<p>kernel groups ({_e(good.get('device') or 'no')} trace)</p>",
             _bars(good["groups"], bad["groups"]),
+        ]
+    ran = how_it_ran(good, bad)
+    if ran:
+        parts += [
+            "<p>how the verify ran (per verify)</p>",
+            _rows(["", "good", "bad"], [tuple(_e(c) for c in row) for row in ran]),
         ]
     nccl = [(side["label"], p) for side in (good, bad) for p in side["nccl"]]
     if nccl:
