@@ -123,7 +123,12 @@ def render_why(why: Mapping[str, Any]) -> None:
         out.print(f"  diagnostics cost: {escape(cost.get('note', 'not measured'))}", soft_wrap=True)
     traces = [*good["traces"], *bad["traces"]]
     if traces:
-        out.print(f"  traces: {escape(traces[0])} (+{len(traces) - 1} more)", soft_wrap=True)
+        reader = good.get("trace_reader") or bad.get("trace_reader")
+        out.print(
+            f"  traces: {escape(traces[0])} (+{len(traces) - 1} more)"
+            + (f", read by {escape(reader)}" if reader else ""),
+            soft_wrap=True,
+        )
     out.print(
         # short hashes: the report above names the culprit's whole hash once
         f"  good: {escape(short_hashes(cfg(good['config'])))}; "

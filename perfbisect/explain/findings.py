@@ -23,6 +23,7 @@ MAX_OPERATORS = 3
 # Shells, terminals and perfbisect's own per-launch values differ between any two launches.
 ENV_NOISE_PREFIXES = ("PERFBISECT_", "TMUX", "TERM", "SSH_", "LC_", "XDG_", "HIST", "LS_COLORS")
 ENV_NOISE = frozenset({"SHLVL", "PWD", "OLDPWD", "_", "PS1", "COLUMNS", "LINES", "MAIL", "SHELL"})
+TUNING_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "PYTORCH_", "SGLANG_", "OMP_", "NVSHMEM_")
 SNAPSHOT_IGNORE = ("env", "launch", "address", "perfbisect", "taken_at", "host")
 
 
@@ -83,7 +84,8 @@ def environment_findings(
         return []
     g, b = _values_by_name(good), _values_by_name(bad)
     out = []
-    for name in sorted(set(g) | set(b)):
+    # the libraries' own tuning variables first, then the rest by name
+    for name in sorted(set(g) | set(b), key=lambda n: (not n.startswith(TUNING_PREFIXES), n)):
         if _noise(name):
             continue
         gv, bv = g.get(name, {None}), b.get(name, {None})

@@ -48,6 +48,7 @@ class Side:
     # the verify timer's records: verifies per batch size and how many replayed a graph, and
     # the CUDA-graph batch sizes the server captured (its log); None where neither was read
     batches: Mapping[str, Any] | None = None
+    trace_reader: str | None = None  # HolisticTraceAnalysis, or perfbisect's JSON reader
 
 
 @dataclass(frozen=True)

@@ -138,6 +138,7 @@ def fold(label: str, config: Mapping[str, str], launches: Sequence[LaunchEvidenc
         nccl=tuple(nccl_processes(launches)),
         host=host_means(launches),
         batches=batch_counts(launches),
+        trace_reader=traces[0].reader if traces else None,
         ranks=tuple(
             {
                 "launch": launch.launch_id,

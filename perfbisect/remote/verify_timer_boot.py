@@ -139,6 +139,9 @@ class VerifyProfiler:
                 activities = [ProfilerActivity.CPU]
                 if torch.cuda.is_available():
                     activities.append(ProfilerActivity.CUDA)
+                # the environment the profiled verifies run with (a variable put into
+                # os.environ after start-up shows here; the record from start-up is replaced)
+                self.write_process()
                 self.prof = profile(activities=activities, record_shapes=False)
                 self.prof.start()
             elif self.prof is not None and self.seen > self.skip + self.cycles:

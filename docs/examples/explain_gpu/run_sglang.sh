@@ -1,17 +1,20 @@
 #!/bin/bash
 # Issue 32 on one H200, one device call: `perfbisect bisect explain` on real evidence, in order
-# of priority, each step only if the time left covers it (BUDGET_S from the call's start,
-# default 530 s; perfbisect gets SIGINT, its clean stop, before the budget runs out):
-#   1 nccl     real NCCL_DEBUG=INFO logs of one-rank communicators (nccl_capture.py): the tuning
-#              variables in the process's environment from its start (env), set in os.environ
-#              after the first communicator was made (late), removed by the launcher (stripped)
-#   2 refnccl  the reference target at TP=1 with a one-rank NCCL group (--group always), the
-#              same commit launched direct (good) vs in tmux (bad) whose server's global
-#              environment carries NCCL_PROTO=Simple NCCL_ALGO=Ring: a launch-axis difference in
-#              NCCL tuning variables, read from NCCL's own log
-#   3 eager    SGLang (source at 3117415c9bcd) none vs patch 04 (target-verify out of graphs)
-#   4 sync     SGLang none vs patch 05 (a .item() at the start of CudaGraphRunner.replay)
-#   5 dsv3     the DeepSeek-V3-style proxy, --cuda-graph-max-bs 8 vs 2 (running batch 8)
+# of priority (STEPS), each step only if the time left covers it (BUDGET_S from the call's
+# start, default 515 s; perfbisect gets SIGINT, its clean stop, before the budget runs out):
+#   nccl     real NCCL_DEBUG=INFO logs of one-rank communicators (nccl_capture.py): the tuning
+#            variables in the process's environment from its start (env), set in os.environ
+#            after the first communicator was made (late), removed by the launcher (stripped)
+#   eager    SGLang (source at 3117415c9bcd) none vs patch 04 (target-verify out of graphs)
+#   sync     SGLang none vs patch 05 (a .item() at the start of CudaGraphRunner.replay)
+#   refnccl  the reference target at TP=1 with a one-rank NCCL group (--group always), the
+#            same commit launched direct (good) vs in tmux (bad) whose server's global
+#            environment carries NCCL_PROTO=Simple NCCL_ALGO=Ring: a launch-axis difference in
+#            NCCL tuning variables, read from NCCL's own log
+#   dsv3     the DeepSeek-V3-style proxy, --cuda-graph-max-bs 8 vs 2 (running batch 8)
+#   reflate  the reference target as in refnccl, a custom axis: NCCL_PROTO=LL put into the rank's
+#            os.environ after its communicator was made (--late-nccl-proto, fault injection)
+#            vs not: the seed's failure, "in the environment but not taken by the communicator"
 # Set-up: none when docs/examples/sglang_real/gpu_real.sh ran on this machine (it leaves
 # /tmp/pbreal/setup.ok: wheels in python3, perfbisect's dependencies in /tmp/site, the tiny
 # models, the range repository in /tmp/sglang); otherwise it is done here from the parts that
@@ -22,9 +25,9 @@
 set -o pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 here=$(cd "$(dirname "$0")" && pwd); repo=$(cd "$here/../../.." && pwd)
-OUT=${OUT:?set OUT}; DEVICE=${DEVICE:-cuda}; STEPS=${STEPS:-"nccl refnccl eager sync dsv3"}
+OUT=${OUT:?set OUT}; DEVICE=${DEVICE:-cuda}; STEPS=${STEPS:-"nccl eager sync refnccl dsv3 reflate"}
 COMMIT=3117415c9bcd00ec06835eaae06690d53d18a334   # SGLang main where v0.5.12 forks
-deadline=$((SECONDS + ${BUDGET_S:-530}))
+deadline=$((SECONDS + ${BUDGET_S:-515}))
 work=/tmp/pbexplain; res=$work/out
 rm -rf $work && mkdir -p $res/nccl $res/json $res/traces
 export PERFBISECT_DB=sqlite:///$work/pb.db PERFBISECT_CACHE=$work/cache
@@ -79,7 +82,7 @@ PY
 pb_until() {
   local margin=$1; shift
   local limit=$(( $(left) - margin )); (( limit < 20 )) && { say "[skipped: ${limit}s left]"; return 1; }
-  timeout -s INT -k 45 $limit python3 -c 'import runpy, signal, sys
+  timeout -s INT -k 25 $limit python3 -c 'import runpy, signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.argv = ["perfbisect", *sys.argv[1:]]
 runpy.run_module("perfbisect", run_name="__main__")' "$@"
@@ -91,7 +94,7 @@ explain() {
   if (( $(left) < need )); then say "== $name: skipped, $(left)s left (needs ~${need}s)"; return; fi
   say "== $name ($(left)s left): perfbisect bisect explain $*"
   local t0=$SECONDS
-  (cd "$dir" && pb_until 15 bisect explain "$@" --json > "$res/json/$name.json" 2> "$res/json/$name.stderr")
+  (cd "$dir" && pb_until 20 bisect explain "$@" --json > "$res/json/$name.json" 2> "$res/json/$name.stderr")
   local rc=$?
   say "exit code $rc after $((SECONDS - t0))s"
   tail -3 "$res/json/$name.stderr" | tee -a "$summary"
@@ -102,12 +105,16 @@ from perfbisect.cli.render_explain import render_why
 render_why(json.load(open(sys.argv[1])))
 PY
     python3 - "$res/json/$name.json" "$res/traces" "$name" <<'PY'
-import gzip, json, pathlib, shutil, sys
+import gzip, json, os, shutil, sys
 why = json.load(open(sys.argv[1]))
 for side in ("good", "bad"):  # one trace a side travels back (Perfetto opens them)
     for t in why[side]["traces"][:1]:
-        with open(t, "rb") as src, gzip.open(f"{sys.argv[2]}/{sys.argv[3]}.{side}.json.gz", "wb") as dst:
+        out = f"{sys.argv[2]}/{sys.argv[3]}.{side}.json.gz"
+        with open(t, "rb") as src, gzip.open(out, "wb") as dst:
             shutil.copyfileobj(src, dst)
+        if os.path.getsize(out) > 5 * 2**20:  # 16 MiB a file comes back, 64 in all
+            os.remove(out)
+            print(f"trace {t}: over 5 MiB gzipped, not brought back")
 PY
   fi
 }
@@ -135,13 +142,11 @@ PY
   done
 }
 
-step_refnccl() {
-  command -v tmux >/dev/null || { say "== refnccl: skipped, no tmux on this machine"; return; }
-  local d=$work/ref
-  mkdir -p $d && git init -q -b main $d/repo || return
+ref_experiment() {  # $1: folder; a git repository of the packaged reference server + the toml
+  local d=$1
+  mkdir -p $d && git init -q -b main $d/repo || return 1
   python3 -c 'from perfbisect.targets.reference.target import SERVER; print(SERVER)' | xargs -I{} cp {} $d/repo/server.py
   git -C $d/repo add server.py && git -C $d/repo -c user.email=e@x -c user.name=x commit -qm "reference server"
-  local sha; sha=$(git -C $d/repo rev-parse HEAD)
   cat > $d/perfbisect.toml <<TOML
 [target]
 kind = "reference"
@@ -156,20 +161,38 @@ prompt = 256
 cycles = 30
 warmup = 3
 timeout_s = 180
-server_args = ["--group", "always"]   # a one-rank NCCL group: the verify's all-reduces on it
+# a one-rank NCCL group (the verify's all-reduces on it); {late} only in reflate's axis
+server_args = ["--group", "always", "--late-nccl-proto", "{late}"]
+
+[axes.custom.late]
+values = ["none", "LL"]
+ordered = false
 
 [explain]
 launches = 1
 cycles = 8
 skip = 5
 TOML
+  git -C $d/repo rev-parse HEAD
+}
+
+step_refnccl() {
+  command -v tmux >/dev/null || { say "== refnccl: skipped, no tmux on this machine"; return; }
+  local d=$work/ref sha
+  sha=$(ref_experiment $d) || return
   # The tmux server's global environment is what its new sessions inherit: started with the
   # tuning variables, it hands them to every later tmux launch (the bad side) and not to a
   # direct launch (the good side).
   export TMUX_TMPDIR=$work/tmux && mkdir -p $TMUX_TMPDIR
   env NCCL_PROTO=Simple NCCL_ALGO=Ring tmux new-session -d -s keeper || { say "tmux failed"; return; }
-  explain refnccl 80 $d --good "commit=$sha,launch=direct" --bad "commit=$sha,launch=tmux"
+  explain refnccl 80 $d --good "commit=$sha,launch=direct,late=none" --bad "commit=$sha,launch=tmux,late=none"
   tmux kill-server 2>/dev/null
+}
+
+step_reflate() {
+  local d=$work/reflate sha
+  sha=$(ref_experiment $d) || return
+  explain reflate 70 $d --good "commit=$sha,late=none" --bad "commit=$sha,late=LL"
 }
 
 sglang_dir() {  # $1: toml; the experiment folder with the patches beside it
