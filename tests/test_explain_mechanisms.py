@@ -277,3 +277,34 @@ def test_holistic_trace_analysis_and_the_json_reader_give_the_same_summary(
             and by_hta.host.launches == by_json.host.launches
             and by_hta.host.sync_ms == pytest.approx(by_json.host.sync_ms, rel=1e-6)
         )
+
+
+# NCCL's INFO lines as NCCL 2.18-2.28 print them (format of NVIDIA/nccl issues #1038, #1646):
+# one process, a first communicator made without NCCL_PROTO, a second made after it was set.
+LATE_LOG = """\
+gpu:7001:7001 [0] NCCL INFO NCCL version 2.28.9+cuda13.0
+gpu:7001:7001 [0] NCCL INFO comm 0x1111 rank 0 nranks 1 cudaDev 0 nvmlDev 0 busId 18000 commId 0xaa - Init START
+gpu:7001:7001 [0] NCCL INFO ncclCommInitRankConfig comm 0x1111 rank 0 nranks 1 cudaDev 0 nvmlDev 0 busId 18000 commId 0xaa - Init COMPLETE
+gpu:7001:7001 [0] NCCL INFO comm 0x2222 rank 0 nranks 1 cudaDev 0 nvmlDev 0 busId 18000 commId 0xbb - Init START
+gpu:7001:7001 [0] NCCL INFO NCCL_PROTO set by environment to LL
+gpu:7001:7001 [0] NCCL INFO ncclCommInitRankConfig comm 0x2222 rank 0 nranks 1 cudaDev 0 nvmlDev 0 busId 18000 commId 0xbb - Init COMPLETE
+"""
+
+
+def test_nccl_says_per_communicator_what_it_took(tmp_path: Path) -> None:
+    """A variable set in the process after its first communicator was made: the process as a
+    whole 'took' it, the first communicator did not, and the finding names that one."""
+    from perfbisect.explain.findings import nccl_findings
+    from perfbisect.explain.nccl_log import parse, uneven
+
+    (process,) = parse(LATE_LOG.splitlines())
+    first, second = process.communicators
+    assert (first.comm, dict(first.taken)) == ("0x1111", {})
+    assert (second.comm, dict(second.taken)) == ("0x2222", {"NCCL_PROTO": "LL"})
+    assert uneven(process) == [("NCCL_PROTO", "LL", ["0x1111"])]
+    launch = LaunchEvidence(1, 1.0, tmp_path, (), (), (process,), None)
+    bad, good = fold("bad", {}, [launch]), fold("good", {}, [])
+    titles = [f.title for f in nccl_findings(good, bad)]
+    assert titles[0].startswith(
+        "NCCL_PROTO=LL taken by some NCCL communicators of pid 7001 (bad side) but not by 0x1111"
+    ), titles

@@ -125,6 +125,22 @@ def nccl_findings(good: Side, bad: Side) -> list[Finding]:
                         "NCCL_DEBUG=INFO 'set by environment' lines vs the rank's environment",
                     )
                 )
+    for side in (bad, good):
+        for process in side.nccl:
+            for row in process.get("uneven") or []:
+                out.append(
+                    Finding(
+                        "nccl",
+                        f"{row['name']}={row['value']} taken by some NCCL communicators of pid "
+                        f"{process['pid']} ({side.label} side) but not by "
+                        f"{', '.join(row['without'])} (made before it reached the process, "
+                        "or on another path)",
+                        None,
+                        None,
+                        "NCCL_DEBUG=INFO 'set by environment' lines between each "
+                        "communicator's Init START and COMPLETE",
+                    )
+                )
     g_taken = _taken(good)
     b_taken = _taken(bad)
     for name in sorted(set(g_taken) | set(b_taken)):

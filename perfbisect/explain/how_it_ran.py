@@ -1,6 +1,7 @@
 """How each side's verify ran, as rows for the text and HTML views: kernels per verify (one
 per graph replay), syncs, device-to-host copies, GPU idle, the verify timer's share in graphs,
-the captured CUDA-graph batch sizes and the running batch. Read from an explanation's JSON."""
+the captured CUDA-graph batch sizes and the running batch; and one NCCL communicator as a cell.
+Read from an explanation's JSON."""
 
 from __future__ import annotations
 
@@ -49,3 +50,11 @@ def how_it_ran(good: Mapping[str, Any], bad: Mapping[str, Any]) -> list[tuple[st
     if (g_bs, b_bs) != ("-", "-"):
         rows.append(("running batch of the verifies", g_bs, b_bs))
     return rows
+
+
+def comm_text(comm: Mapping[str, Any]) -> str:
+    """One NCCL communicator: its rank, the thread that made it, what it took."""
+    took = ", ".join(f"{k}={v}" for k, v in (comm.get("taken") or {}).items())
+    return f"rank {comm['rank']}/{comm['nranks']} tid {comm['tid']}" + (
+        f" ({took})" if took else ""
+    )

@@ -49,8 +49,18 @@ def nccl_processes(launches: Sequence[LaunchEvidence]) -> list[dict[str, Any]]:
                     "version": process.version,
                     "taken": dict(process.taken),
                     "communicators": [
-                        {"rank": c.rank, "nranks": c.nranks, "tid": c.tid, "comm": c.comm}
+                        {
+                            "rank": c.rank,
+                            "nranks": c.nranks,
+                            "tid": c.tid,
+                            "comm": c.comm,
+                            "taken": dict(c.taken),
+                        }
                         for c in process.communicators
+                    ],
+                    "uneven": [
+                        {"name": n, "value": v, "without": w}
+                        for n, v, w in nccl_log.uneven(process)
                     ],
                     "tuning": [list(t) for t in process.tuning],
                     # None: this process's environment was not recorded (not a profiled rank)
