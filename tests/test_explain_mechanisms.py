@@ -308,3 +308,21 @@ def test_nccl_says_per_communicator_what_it_took(tmp_path: Path) -> None:
     assert titles[0].startswith(
         "NCCL_PROTO=LL taken by some NCCL communicators of pid 7001 (bad side) but not by 0x1111"
     ), titles
+
+
+def test_a_failing_hta_leaves_the_json_reader_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import perfbisect.explain.trace_read as trace_read
+
+    def broken(path: Path) -> list[Any]:
+        raise AttributeError("module 'pandas' has no attribute 'x'")  # a version not tried here
+
+    monkeypatch.setattr(trace_read, "_hta_events", broken)
+    monkeypatch.setattr(trace_read, "hta_available", lambda: True)
+    summary = summarise(gpu_trace(tmp_path / "g.json", "graph"))
+    assert summary is not None and summary.kernels_per_verify == 48
+    assert summary.reader == (
+        "perfbisect's JSON reader (HolisticTraceAnalysis failed: AttributeError: module "
+        "'pandas' has no attribute 'x')"
+    )

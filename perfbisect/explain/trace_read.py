@@ -47,10 +47,14 @@ def read_events(path: Path, use_hta: bool | None = None) -> tuple[list[Event], s
     """The trace's complete (``ph: X``) events and which reader read them."""
     if use_hta is None:
         use_hta = hta_available()
+    reader = JSON_READER
     if use_hta:
-        return _hta_events(path), HTA
+        try:
+            return _hta_events(path), HTA
+        except Exception as exc:  # an HTA or pandas version not tried here: read it ourselves
+            reader = f"{JSON_READER} (HolisticTraceAnalysis failed: {type(exc).__name__}: {exc})"
     raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    return _json_events(json.loads(raw)), JSON_READER
+    return _json_events(json.loads(raw)), reader
 
 
 def _json_events(data: Mapping[str, Any]) -> list[Event]:

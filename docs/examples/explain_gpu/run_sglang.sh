@@ -18,7 +18,8 @@
 # Set-up: none when docs/examples/sglang_real/gpu_real.sh ran on this machine (it leaves
 # /tmp/pbreal/setup.ok: wheels in python3, perfbisect's dependencies in /tmp/site, the tiny
 # models, the range repository in /tmp/sglang); otherwise it is done here from the parts that
-# `gpu_real.sh stash` kept (.gpu/p1) and this call's carry (.gpu/p2, .whl).
+# `gpu_real.sh stash` kept (.gpu/p1) and this call's carry (.gpu/p2, .whl). Carry .gpu/explain
+# too (HolisticTraceAnalysis's wheel, 0.4 MB) so that HTA parses the traces there.
 # Outputs in $OUT (8 files at most come back): summary.txt (every explanation as text),
 # setup.txt, nccl.tgz, explain_json.tgz, traces.tgz, logs.tgz.
 # CPU dry run (no GPU, no SGLang): DEVICE=cpu STEPS="refnccl" OUT=/tmp/x bash run_sglang.sh
@@ -57,6 +58,14 @@ setup() {
     mkdir -p /tmp/pbreal && touch /tmp/pbreal/setup.ok
   fi
   export PYTHONPATH=$repo:/tmp/site
+  # HolisticTraceAnalysis (the explain extra) parses the traces: its wheel alone (.gpu/explain;
+  # its parser needs only pandas, numpy, psutil and yaml, which the image has)
+  if compgen -G "$repo/.gpu/explain/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site "$repo"/.gpu/explain/*.whl && echo "installed: $(ls $repo/.gpu/explain)"
+  fi
+  python3 -c "from hta.common.trace_parser import parse_trace_dataframe; import pandas; print('HTA parser imports, pandas', pandas.__version__)" \
+    || echo "HTA not importable: the JSON reader reads the traces"
   if [ ! -f /tmp/models/dsv3-8l/config.json ]; then
     python3 "$repo/docs/examples/sglang_gpu/make_dsv3_proxy_model.py" /tmp/models || return 1
     python3 - <<'PY' || return 1
@@ -81,7 +90,7 @@ PY
 # Python gets its handler back first.
 pb_until() {
   local margin=$1; shift
-  local limit=$(( $(left) - margin )); (( limit < 20 )) && { say "[skipped: ${limit}s left]"; return 1; }
+  local limit=$(( $(left) - margin )); (( limit < 20 )) && { echo "[skipped: ${limit}s left]" >&2; return 1; }
   timeout -s INT -k 25 $limit python3 -c 'import runpy, signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.argv = ["perfbisect", *sys.argv[1:]]
@@ -197,7 +206,7 @@ step_reflate() {
 
 sglang_dir() {  # $1: toml; the experiment folder with the patches beside it
   local d=$work/$(basename $1 .toml)
-  mkdir -p $d && cp "$here/$1" $d/perfbisect.toml && cp -r "$here/patches" $d/ && echo $d
+  mkdir -p $d && cp "$here/$1" $d/perfbisect.toml && rm -rf $d/patches && cp -r "$here/patches" $d/ && echo $d
 }
 
 step_eager() {
