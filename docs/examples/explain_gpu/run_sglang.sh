@@ -7,11 +7,11 @@
 #            after the first communicator was made (late), removed by the launcher (stripped)
 #   eager    SGLang (source at 3117415c9bcd) none vs patch 04 (target-verify out of graphs)
 #   sync     SGLang none vs patch 05 (a .item() at the start of CudaGraphRunner.replay)
+#   dsv3     the DeepSeek-V3-style proxy, --cuda-graph-max-bs 8 vs 2 (running batch 8)
 #   refnccl  the reference target at TP=1 with a one-rank NCCL group (--group always), the
 #            same commit launched direct (good) vs in tmux (bad) whose server's global
 #            environment carries NCCL_PROTO=Simple NCCL_ALGO=Ring: a launch-axis difference in
 #            NCCL tuning variables, read from NCCL's own log
-#   dsv3     the DeepSeek-V3-style proxy, --cuda-graph-max-bs 8 vs 2 (running batch 8)
 #   reflate  the reference target as in refnccl, a custom axis: NCCL_PROTO=LL put into the rank's
 #            os.environ after its communicator was made (--late-nccl-proto, fault injection)
 #            vs not: the seed's failure, "in the environment but not taken by the communicator"
@@ -26,7 +26,7 @@
 set -o pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 here=$(cd "$(dirname "$0")" && pwd); repo=$(cd "$here/../../.." && pwd)
-OUT=${OUT:?set OUT}; DEVICE=${DEVICE:-cuda}; STEPS=${STEPS:-"nccl eager sync refnccl dsv3 reflate"}
+OUT=${OUT:?set OUT}; DEVICE=${DEVICE:-cuda}; STEPS=${STEPS:-"nccl eager sync dsv3 refnccl reflate"}
 COMMIT=3117415c9bcd00ec06835eaae06690d53d18a334   # SGLang main where v0.5.12 forks
 deadline=$((SECONDS + ${BUDGET_S:-515}))
 work=/tmp/pbexplain; res=$work/out
@@ -211,7 +211,7 @@ sglang_dir() {  # $1: toml; the experiment folder with the patches beside it
 
 step_eager() {
   local d; d=$(sglang_dir sglang_stack.toml)
-  explain eager 150 $d --good "$COMMIT,patches=none" --bad "$COMMIT,patches=04-verify-out-of-graphs.patch"
+  explain eager 170 $d --good "$COMMIT,patches=none" --bad "$COMMIT,patches=04-verify-out-of-graphs.patch"
 }
 step_sync() {
   local d; d=$(sglang_dir sglang_stack.toml)
@@ -219,7 +219,7 @@ step_sync() {
 }
 step_dsv3() {
   local d; d=$(sglang_dir dsv3_graph_bs.toml)
-  explain dsv3 150 $d --good "$COMMIT,graph_bs=covers" --bad "$COMMIT,graph_bs=below"
+  explain dsv3 160 $d --good "$COMMIT,graph_bs=covers" --bad "$COMMIT,graph_bs=below"
 }
 
 { setup && echo "setup done at ${SECONDS}s"; } > "$OUT/setup.txt" 2>&1 || { cat "$OUT/setup.txt"; exit 1; }
