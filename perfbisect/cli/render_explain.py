@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from perfbisect.bisect.report_model import Report
 from perfbisect.cli.render import console, render_rows
-from perfbisect.explain.how_it_ran import comm_text, how_it_ran
+from perfbisect.explain.how_it_ran import comm_text, how_it_ran, nccl_version_text
 from perfbisect.formatting import cfg, num, short_hashes
 
 TOP_FINDINGS = 5
@@ -98,7 +98,7 @@ def render_why(why: Mapping[str, Any]) -> None:
                 (
                     label,
                     p["pid"],
-                    p["version"] or "?",
+                    nccl_version_text(p),
                     ", ".join(comm_text(c) for c in p["communicators"]),
                     ", ".join(f"{k}={v}" for k, v in p["taken"].items()),
                     "?" if p["not_taken"] is None else ", ".join(p["not_taken"]),

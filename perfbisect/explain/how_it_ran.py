@@ -58,3 +58,9 @@ def comm_text(comm: Mapping[str, Any]) -> str:
     return f"rank {comm['rank']}/{comm['nranks']} tid {comm['tid']}" + (
         f" ({took})" if took else ""
     )
+
+
+def nccl_version_text(process: Mapping[str, Any]) -> str:
+    """NCCL's version as its log says it, and the library the process had mapped."""
+    library = process.get("library")
+    return (process.get("version") or "?") + (f" ({', '.join(library)})" if library else "")

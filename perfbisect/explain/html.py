@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from perfbisect.explain.how_it_ran import comm_text, how_it_ran
+from perfbisect.explain.how_it_ran import comm_text, how_it_ran, nccl_version_text
 
 COLOURS = {"good": "#2ca02c", "bad": "#d62728"}
 
@@ -84,7 +84,7 @@ def why_html(why: Mapping[str, Any]) -> str:
                     (
                         _e(label),
                         _e(p["pid"]),
-                        _e(p["version"]),
+                        _e(nccl_version_text(p)),
                         _e(", ".join(comm_text(c) for c in p["communicators"])),
                         _e(", ".join(f"{k}={v}" for k, v in p["taken"].items())),
                         _e("?" if p["not_taken"] is None else ", ".join(p["not_taken"])),

@@ -39,6 +39,7 @@ def nccl_processes(launches: Sequence[LaunchEvidence]) -> list[dict[str, Any]]:
     out = []
     for launch in launches:
         env_by_pid = {int(p["pid"]): p.get("env", {}) for p in launch.processes if "pid" in p}
+        libraries = {int(p["pid"]): p.get("nccl_library") for p in launch.processes if "pid" in p}
         for process in launch.nccl:
             env = env_by_pid.get(process.pid)
             out.append(
@@ -47,6 +48,8 @@ def nccl_processes(launches: Sequence[LaunchEvidence]) -> list[dict[str, Any]]:
                     "host": process.host,
                     "pid": process.pid,
                     "version": process.version,
+                    # from the rank's /proc/self/maps (None: not a profiled rank)
+                    "library": libraries.get(process.pid),
                     "taken": dict(process.taken),
                     "communicators": [
                         {
