@@ -326,3 +326,20 @@ def test_a_failing_hta_leaves_the_json_reader_and_says_so(
         "perfbisect's JSON reader (HolisticTraceAnalysis failed: AttributeError: module "
         "'pandas' has no attribute 'x')"
     )
+
+
+def test_a_profiled_delta_inside_the_verifies_spread_apportions_nothing(tmp_path: Path) -> None:
+    """One launch a side on a busy machine: a delta the verifies' own spread covers is said,
+    and no share is stated against it."""
+    from dataclasses import replace
+
+    from perfbisect.explain.run import within_noise
+
+    side = _side("good", gpu_trace(tmp_path / "g.json", "graph"), tmp_path)
+    noisy = replace(side, verify_ms_error=0.05)
+    assert within_noise(0.1, noisy, noisy) is not None and "+-0.071 ms" in str(
+        within_noise(0.1, noisy, noisy)
+    )
+    assert within_noise(0.2, noisy, noisy) is None  # 2.8 standard errors: it apportions
+    assert "do not show it" in str(within_noise(-0.2, noisy, noisy))
+    assert side.verify_ms_error == 0.0  # the double's verifies are all 5 ms

@@ -49,6 +49,8 @@ class Side:
     # the CUDA-graph batch sizes the server captured (its log); None where neither was read
     batches: Mapping[str, Any] | None = None
     trace_reader: str | None = None  # HolisticTraceAnalysis, or perfbisect's JSON reader
+    # standard error of verify_ms_profiled (over every profiled verify of the side)
+    verify_ms_error: float | None = None
 
 
 @dataclass(frozen=True)

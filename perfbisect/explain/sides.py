@@ -4,6 +4,7 @@ rank processes' placement."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -14,6 +15,14 @@ from perfbisect.explain.evidence import LaunchEvidence
 from perfbisect.explain.model import Side
 
 TOP_OPS = 12
+
+
+def standard_error(values: Sequence[float]) -> float | None:
+    if len(values) < 2:
+        return None
+    mean = sum(values) / len(values)
+    variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return math.sqrt(variance / len(values))
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -152,6 +161,7 @@ def fold(label: str, config: Mapping[str, str], launches: Sequence[LaunchEvidenc
         host=host_means(launches),
         batches=batch_counts(launches),
         trace_reader=traces[0].reader if traces else None,
+        verify_ms_error=standard_error([ms for t in traces for ms in t.verify_ms_each]),
         ranks=tuple(
             {
                 "launch": launch.launch_id,

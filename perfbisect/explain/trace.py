@@ -61,6 +61,7 @@ class TraceSummary:
     allreduce_paths: tuple[str, ...] = ()  # which all-reduce implementations the trace shows
     host: HostCalls | None = None  # GPU only: the host's CUDA calls inside the verify
     reader: str = ""  # which parser read the trace (HolisticTraceAnalysis, or the JSON reader)
+    verify_ms_each: tuple[float, ...] = ()  # each summarised verify range, in order
 
 
 def allreduce_paths(names: set[str], nccl_sites: set[str]) -> tuple[str, ...]:
@@ -149,7 +150,12 @@ def summarise(path: Path) -> TraceSummary | None:
         summary = _cpu_summary(path, cpu_ops, kept, verify_ms, stage_ms)
     names = {e.name for e in events}
     sites = {n.call_site for n in summary.nccl}
-    return replace(summary, allreduce_paths=allreduce_paths(names, sites), reader=reader)
+    return replace(
+        summary,
+        allreduce_paths=allreduce_paths(names, sites),
+        reader=reader,
+        verify_ms_each=tuple(w.dur / 1000.0 for w in kept),
+    )
 
 
 def _cpu_summary(
