@@ -449,6 +449,9 @@ def test_the_sglang_boot_hook_profiles_whole_cycles_with_their_stages(tmp_path: 
     record = json.loads(process.read_text())
     assert record["env"]["PERFBISECT_TEST_SECRET_TOKEN"] == "<withheld>"  # never the value
     assert record["affinity"] and "hunter2" not in process.read_text()
+    # the NCCL libraries the rank had mapped (none in a CPU build of torch)
+    assert isinstance(record["nccl_library"], list)
+    assert all(p.startswith("/") and "libnccl" in p for p in record["nccl_library"])
     # the timer kept timing every verify meanwhile
     (timing,) = (tmp_path / "timing").glob("verify.rank0.*.jsonl")
     assert len(timing.read_text().splitlines()) == 4

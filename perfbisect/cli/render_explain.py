@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from perfbisect.bisect.report_model import Report
 from perfbisect.cli.render import console, render_rows
+from perfbisect.explain.how_it_ran import comm_text, how_it_ran, nccl_version_text
 from perfbisect.formatting import cfg, num, short_hashes
 
 TOP_FINDINGS = 5
@@ -82,6 +83,9 @@ def render_why(why: Mapping[str, Any]) -> None:
                 for g in groups
             ],
         )
+    rows = how_it_ran(good, bad)
+    if rows:
+        render_rows("how the verify ran (per verify)", ["", "good", "bad"], rows)
     for side in (good, bad):
         if side["allreduce_paths"]:
             out.print(f"  all-reduce path ({side['label']}): {', '.join(side['allreduce_paths'])}")
@@ -94,10 +98,8 @@ def render_why(why: Mapping[str, Any]) -> None:
                 (
                     label,
                     p["pid"],
-                    p["version"] or "?",
-                    ", ".join(
-                        f"rank {c['rank']}/{c['nranks']} tid {c['tid']}" for c in p["communicators"]
-                    ),
+                    nccl_version_text(p),
+                    ", ".join(comm_text(c) for c in p["communicators"]),
                     ", ".join(f"{k}={v}" for k, v in p["taken"].items()),
                     "?" if p["not_taken"] is None else ", ".join(p["not_taken"]),
                 )
@@ -119,7 +121,12 @@ def render_why(why: Mapping[str, Any]) -> None:
         out.print(f"  diagnostics cost: {escape(cost.get('note', 'not measured'))}", soft_wrap=True)
     traces = [*good["traces"], *bad["traces"]]
     if traces:
-        out.print(f"  traces: {escape(traces[0])} (+{len(traces) - 1} more)", soft_wrap=True)
+        reader = good.get("trace_reader") or bad.get("trace_reader")
+        out.print(
+            f"  traces: {escape(traces[0])} (+{len(traces) - 1} more)"
+            + (f", read by {escape(reader)}" if reader else ""),
+            soft_wrap=True,
+        )
     out.print(
         # short hashes: the report above names the culprit's whole hash once
         f"  good: {escape(short_hashes(cfg(good['config'])))}; "

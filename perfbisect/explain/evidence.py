@@ -13,10 +13,13 @@ from typing import Any
 
 from perfbisect.explain import nccl_log
 from perfbisect.explain.trace import TraceSummary, summarise
+from perfbisect.probes.verify_timer import parse_lines
 
 PROFILE_FOLDER = "profile"
 NCCL_FILES = "nccl.*"
 _GRAPHS = re.compile(r"verify in CUDA graphs: (\d+)% of cycles")
+# SGLang's log line when it captures the target's decode graphs (the draft's says "draft")
+_CAPTURED = re.compile(r"Capture cuda graph bs \[(?P<sizes>[\d, ]*)\]")
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,8 @@ class LaunchEvidence:
     graph_fraction: float | None
     timings: dict[str, float] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
+    verifies: tuple[tuple[int, bool], ...] = ()  # (batch size, replayed a graph) per verify
+    captured: tuple[int, ...] | None = None  # CUDA-graph batch sizes the server captured
 
 
 def read_launch(
@@ -63,10 +68,16 @@ def read_launch(
     lines: list[str] = []
     for path in sorted(log_dir.glob(NCCL_FILES)):
         lines += path.read_text(errors="replace").splitlines()
-    serve = log_dir / "serve.log"
-    if serve.exists():  # without NCCL_DEBUG_FILE (or before it applies) NCCL prints here
-        lines += serve.read_text(errors="replace").splitlines()
+    serve = _text(log_dir / "serve.log")
+    lines += serve.splitlines()  # without NCCL_DEBUG_FILE (or before it applies) NCCL prints here
     graphs = next((m for f in flags if (m := _GRAPHS.search(str(f)))), None)
+    records = parse_lines(_text(log_dir / "measure.log").splitlines())
+    found = _CAPTURED.search(serve)
+    captured = (
+        tuple(int(x) for x in found.group("sizes").replace(" ", "").split(",") if x)
+        if found is not None
+        else None
+    )
     return LaunchEvidence(
         launch_id,
         value,
@@ -77,4 +88,10 @@ def read_launch(
         int(graphs.group(1)) / 100 if graphs else None,
         dict(timings),
         tuple(problems),
+        tuple((r.bs, r.graph) for r in records),
+        captured,
     )
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""

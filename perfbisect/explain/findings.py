@@ -13,6 +13,7 @@ from typing import Any
 from perfbisect.explain.change import Change
 from perfbisect.explain.evidence import LaunchEvidence
 from perfbisect.explain.groups import HOST_GAP
+from perfbisect.explain.mechanisms import MECHANISMS
 from perfbisect.explain.model import Finding, Side
 from perfbisect.explain.nccl_log import DIAGNOSTIC_VARIABLES
 from perfbisect.explain.sides import op_means
@@ -22,6 +23,7 @@ MAX_OPERATORS = 3
 # Shells, terminals and perfbisect's own per-launch values differ between any two launches.
 ENV_NOISE_PREFIXES = ("PERFBISECT_", "TMUX", "TERM", "SSH_", "LC_", "XDG_", "HIST", "LS_COLORS")
 ENV_NOISE = frozenset({"SHLVL", "PWD", "OLDPWD", "_", "PS1", "COLUMNS", "LINES", "MAIL", "SHELL"})
+TUNING_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "PYTORCH_", "SGLANG_", "OMP_", "NVSHMEM_")
 SNAPSHOT_IGNORE = ("env", "launch", "address", "perfbisect", "taken_at", "host")
 
 
@@ -60,33 +62,6 @@ def operator_findings(
     return out
 
 
-def graph_findings(good: Side, bad: Side) -> list[Finding]:
-    out = []
-    gf, bf = good.graph_fraction, bad.graph_fraction
-    if gf is not None and bf is not None and abs(gf - bf) >= 0.1:
-        out.append(
-            Finding(
-                "graph",
-                f"verify in CUDA graphs: {gf:.0%} of cycles -> {bf:.0%}",
-                None,
-                None,
-                "the verify timer's per-cycle records",
-            )
-        )
-    gk, bk = good.kernels_per_verify, bad.kernels_per_verify
-    if gk and bk and good.device == "cuda" and (bk >= 1.5 * gk or gk >= 1.5 * bk):
-        out.append(
-            Finding(
-                "graph",
-                f"kernels per verify {gk:.0f} -> {bk:.0f}",
-                None,
-                None,
-                "profiler traces (kernels launched inside the verify range)",
-            )
-        )
-    return out
-
-
 def _values_by_name(launches: Sequence[LaunchEvidence]) -> dict[str, set[str | None]]:
     processes = [p for launch in launches for p in launch.processes]
     names = {n for p in processes for n in p.get("env", {})}
@@ -109,7 +84,8 @@ def environment_findings(
         return []
     g, b = _values_by_name(good), _values_by_name(bad)
     out = []
-    for name in sorted(set(g) | set(b)):
+    # the libraries' own tuning variables first, then the rest by name
+    for name in sorted(set(g) | set(b), key=lambda n: (not n.startswith(TUNING_PREFIXES), n)):
         if _noise(name):
             continue
         gv, bv = g.get(name, {None}), b.get(name, {None})
@@ -147,6 +123,22 @@ def nccl_findings(good: Side, bad: Side) -> list[Finding]:
                         None,
                         None,
                         "NCCL_DEBUG=INFO 'set by environment' lines vs the rank's environment",
+                    )
+                )
+    for side in (bad, good):
+        for process in side.nccl:
+            for row in process.get("uneven") or []:
+                out.append(
+                    Finding(
+                        "nccl",
+                        f"{row['name']}={row['value']} taken by some NCCL communicators of pid "
+                        f"{process['pid']} ({side.label} side) but not by "
+                        f"{', '.join(row['without'])} (made before it reached the process, "
+                        "or on another path)",
+                        None,
+                        None,
+                        "NCCL_DEBUG=INFO 'set by environment' lines between each "
+                        "communicator's Init START and COMPLETE",
                     )
                 )
     g_taken = _taken(good)
@@ -279,13 +271,24 @@ def change_findings(change: Change | None) -> list[Finding]:
 
 # Unapportioned findings, most telling first: how verify ran, what NCCL did, what reached the
 # processes, the machine, then the change's files.
-KIND_ORDER = ("graph", "nccl", "environment", "machine", "change")
+KIND_ORDER = ("batch", "synchronisation", "graph", "nccl", "environment", "machine", "change")
 
 
 def rank(findings: Sequence[Finding]) -> tuple[Finding, ...]:
-    measured = sorted((f for f in findings if f.share is not None), key=lambda f: -(f.share or 0))
-    others = sorted(
-        (f for f in findings if f.share is None),
-        key=lambda f: KIND_ORDER.index(f.kind) if f.kind in KIND_ORDER else len(KIND_ORDER),
+    """How the verify ran first (a mechanism, with its share where measured), then the
+    operators by share, then the rest by kind."""
+
+    def order(f: Finding) -> int:
+        return KIND_ORDER.index(f.kind) if f.kind in KIND_ORDER else len(KIND_ORDER)
+
+    mechanisms = sorted(
+        (f for f in findings if f.kind in MECHANISMS), key=lambda f: (order(f), -(f.share or 0))
     )
-    return (*measured, *others)
+    measured = sorted(
+        (f for f in findings if f.share is not None and f.kind not in MECHANISMS),
+        key=lambda f: -(f.share or 0),
+    )
+    others = sorted(
+        (f for f in findings if f.share is None and f.kind not in MECHANISMS), key=order
+    )
+    return (*mechanisms, *measured, *others)

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from perfbisect.explain.how_it_ran import comm_text, how_it_ran, nccl_version_text
+
 COLOURS = {"good": "#2ca02c", "bad": "#d62728"}
 
 
@@ -67,6 +69,12 @@ def why_html(why: Mapping[str, Any]) -> str:
             f"<p>kernel groups ({_e(good.get('device') or 'no')} trace)</p>",
             _bars(good["groups"], bad["groups"]),
         ]
+    ran = how_it_ran(good, bad)
+    if ran:
+        parts += [
+            "<p>how the verify ran (per verify)</p>",
+            _rows(["", "good", "bad"], [tuple(_e(c) for c in row) for row in ran]),
+        ]
     nccl = [(side["label"], p) for side in (good, bad) for p in side["nccl"]]
     if nccl:
         parts.append(
@@ -76,13 +84,8 @@ def why_html(why: Mapping[str, Any]) -> str:
                     (
                         _e(label),
                         _e(p["pid"]),
-                        _e(p["version"]),
-                        _e(
-                            ", ".join(
-                                f"rank {c['rank']}/{c['nranks']} tid {c['tid']}"
-                                for c in p["communicators"]
-                            )
-                        ),
+                        _e(nccl_version_text(p)),
+                        _e(", ".join(comm_text(c) for c in p["communicators"])),
                         _e(", ".join(f"{k}={v}" for k, v in p["taken"].items())),
                         _e("?" if p["not_taken"] is None else ", ".join(p["not_taken"])),
                     )

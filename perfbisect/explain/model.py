@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-EXPLANATION_VERSION = 1
+EXPLANATION_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,15 @@ class Side:
     traces: tuple[str, ...]
     nccl: tuple[Mapping[str, Any], ...]  # per process: version, taken, communicators, not taken
     ranks: tuple[Mapping[str, Any], ...]  # per rank process: pid, NUMA node, CPU affinity
+    # GPU traces: the host's CUDA calls per verify (launches, graph_launches, kernel_launches,
+    # syncs, sync_ms, d2h_copies, idle_before_replay_ms); None without a GPU trace
+    host: Mapping[str, Any] | None = None
+    # the verify timer's records: verifies per batch size and how many replayed a graph, and
+    # the CUDA-graph batch sizes the server captured (its log); None where neither was read
+    batches: Mapping[str, Any] | None = None
+    trace_reader: str | None = None  # HolisticTraceAnalysis, or perfbisect's JSON reader
+    # standard error of verify_ms_profiled (over every profiled verify of the side)
+    verify_ms_error: float | None = None
 
 
 @dataclass(frozen=True)

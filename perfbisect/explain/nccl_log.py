@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 _PREFIX = re.compile(
     r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL INFO (?P<msg>.*)$"
@@ -38,6 +38,10 @@ class Communicator:
     nranks: int
     cuda_dev: int
     comm_id: str | None
+    # what NCCL said it took from the environment on that thread while making this one (between
+    # its "Init START" and "Init COMPLETE"): per communicator, since NCCL reads NCCL_PROTO /
+    # NCCL_ALGO at each communicator's tuning, so two communicators of one process can differ
+    taken: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,8 @@ class _Process:
         self.taken: dict[str, str] = {}
         self.comms: dict[str, Communicator] = {}
         self.tuning: list[tuple[str, str, str]] = []
+        self.making: dict[int, str] = {}  # thread -> the communicator it is making
+        self.comm_taken: dict[str, dict[str, str]] = {}
 
 
 def parse(lines: Iterable[str]) -> list[ProcessNccl]:
@@ -78,7 +84,14 @@ def parse(lines: Iterable[str]) -> list[ProcessNccl]:
             entry.version = version.group("version")
         elif (env := _ENV.match(msg)) is not None:
             entry.taken[env.group("name")] = env.group("value").strip()
+            if tid in entry.making:
+                made = entry.comm_taken.setdefault(entry.making[tid], {})
+                made[env.group("name")] = env.group("value").strip()
         elif (comm := _COMM.search(msg)) is not None:
+            if comm.group("state") == "START":
+                entry.making[tid] = comm.group("comm")
+            elif entry.making.get(tid) == comm.group("comm"):
+                del entry.making[tid]
             previous = entry.comms.get(comm.group("comm"))
             entry.comms[comm.group("comm")] = Communicator(
                 pid,
@@ -97,7 +110,7 @@ def parse(lines: Iterable[str]) -> list[ProcessNccl]:
             pid,
             e.version or bare_version,
             dict(e.taken),
-            tuple(e.comms.values()),
+            tuple(replace(c, taken=e.comm_taken.get(c.comm, {})) for c in e.comms.values()),
             tuple(dict.fromkeys(e.tuning)),
         )
         for pid, e in state.items()
@@ -113,3 +126,23 @@ def not_taken(process: ProcessNccl, environment: Mapping[str, str]) -> list[str]
     failure where a tuning variable is set but the communicator that ran was made without it."""
     names = [n for n in environment if n.startswith("NCCL_") and n not in DIAGNOSTIC_VARIABLES]
     return sorted(n for n in names if n not in process.taken)
+
+
+# Read again at every communicator's tuning (ncclGetEnv in NCCL's tuning code, printed each
+# time); most other NCCL_* are parameters NCCL loads once per process and prints once, so their
+# absence from a later communicator's lines says nothing.
+PER_COMMUNICATOR = frozenset({"NCCL_PROTO", "NCCL_ALGO"})
+
+
+def uneven(process: ProcessNccl) -> list[tuple[str, str, list[str]]]:
+    """Per-communicator tuning variables one communicator of the process took and another did
+    not: (name, value, the communicators made without it), e.g. the one made before the
+    variable was put into the process's environment."""
+    out = []
+    comms = process.communicators
+    for name in sorted({n for c in comms for n in c.taken if n in PER_COMMUNICATOR}):
+        values = sorted({c.taken[name] for c in comms if name in c.taken})
+        without = [c.comm for c in comms if name not in c.taken]
+        if without:
+            out.append((name, ", ".join(values), without))
+    return out

@@ -21,6 +21,7 @@ from perfbisect.errors import UsageError
 from perfbisect.executors.registry import make_target
 from perfbisect.experiment import Experiment, ExplainSettings, load_experiment
 from perfbisect.explain import findings as rules
+from perfbisect.explain import mechanisms
 from perfbisect.explain.change import Change, parse_diff
 from perfbisect.explain.evidence import PROFILE_FOLDER, LaunchEvidence, read_launch
 from perfbisect.explain.model import Cost, Explanation, Finding, Side
@@ -195,16 +196,17 @@ def compare(
                 + (f": {side.failures[0]}" if side.failures else "")
                 + ")"
             )
-    profiled = None
+    profiled = None  # the profiled delta, where it apportions the findings' shares
+    measured = None
     found: list[Finding] = []
     if g_side.verify_ms_profiled is not None and b_side.verify_ms_profiled is not None:
-        profiled = b_side.verify_ms_profiled - g_side.verify_ms_profiled
-        if profiled > 0:
-            found += rules.operator_findings(good_ev, bad_ev, profiled)
+        measured = b_side.verify_ms_profiled - g_side.verify_ms_profiled
+        noise = within_noise(measured, g_side, b_side)
+        if noise is not None:
+            not_measured.append(noise)  # no share against a delta the verifies' spread covers
         else:
-            not_measured.append(
-                f"shares of the delta: the profiled verifies do not show it ({profiled:+.3f} ms)"
-            )
+            profiled = measured
+            found += rules.operator_findings(good_ev, bad_ev, profiled)
     if not any(p["communicators"] for s in (g_side, b_side) for p in s.nccl):
         not_measured.append(
             "NCCL: no communicator in the NCCL logs (no GPU collective ran, e.g. CPU/gloo)"
@@ -216,7 +218,9 @@ def compare(
         )
     differing = ", ".join(f"{a}: {good.get(a)} -> {bad.get(a)}" for a in good.differing_axes(bad))
     change = describe_change(experiment, good, bad)
-    found += rules.graph_findings(g_side, b_side)
+    found += mechanisms.batch_findings(g_side, b_side)
+    found += mechanisms.sync_findings(g_side, b_side, profiled)
+    found += mechanisms.graph_findings(g_side, b_side, profiled)
     found += rules.nccl_findings(g_side, b_side)
     found += rules.allreduce_findings(g_side, b_side)
     found += rules.environment_findings(good_ev, bad_ev, differing)
@@ -228,7 +232,7 @@ def compare(
         session_id=session_id,
         delta=delta,
         delta_source=delta_source,
-        profiled_delta_ms=profiled,
+        profiled_delta_ms=measured,
         good=g_side,
         bad=b_side,
         findings=rules.rank(found),
@@ -236,6 +240,26 @@ def compare(
         cost=cost(store, experiment, good, bad, g_side, b_side, good_views + bad_views),
         change=_change_json(change),
     )
+
+
+NOISE_ERRORS = 2.0  # a profiled delta within this many standard errors apportions nothing
+
+
+def within_noise(profiled: float, good: Side, bad: Side) -> str | None:
+    """Why the profiled verifies' delta apportions nothing (None when it does): it is not
+    positive, or the verifies' own spread covers it (one launch a side, a noisy machine)."""
+    if profiled <= 0:
+        return f"shares of the delta: the profiled verifies do not show it ({profiled:+.3f} ms)"
+    g, b = good.verify_ms_error, bad.verify_ms_error
+    if g is None or b is None:
+        return None
+    error = (g**2 + b**2) ** 0.5
+    if profiled < NOISE_ERRORS * error:
+        return (
+            f"shares of the delta: the profiled verifies' delta ({profiled:+.3f} ms) is within "
+            f"{NOISE_ERRORS:.0f} standard errors of their spread (+-{error:.3f} ms)"
+        )
+    return None
 
 
 def describe_change(

@@ -4,6 +4,7 @@ rank processes' placement."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -14,6 +15,14 @@ from perfbisect.explain.evidence import LaunchEvidence
 from perfbisect.explain.model import Side
 
 TOP_OPS = 12
+
+
+def standard_error(values: Sequence[float]) -> float | None:
+    if len(values) < 2:
+        return None
+    mean = sum(values) / len(values)
+    variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return math.sqrt(variance / len(values))
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -39,6 +48,7 @@ def nccl_processes(launches: Sequence[LaunchEvidence]) -> list[dict[str, Any]]:
     out = []
     for launch in launches:
         env_by_pid = {int(p["pid"]): p.get("env", {}) for p in launch.processes if "pid" in p}
+        libraries = {int(p["pid"]): p.get("nccl_library") for p in launch.processes if "pid" in p}
         for process in launch.nccl:
             env = env_by_pid.get(process.pid)
             out.append(
@@ -47,10 +57,22 @@ def nccl_processes(launches: Sequence[LaunchEvidence]) -> list[dict[str, Any]]:
                     "host": process.host,
                     "pid": process.pid,
                     "version": process.version,
+                    # from the rank's /proc/self/maps (None: not a profiled rank)
+                    "library": libraries.get(process.pid),
                     "taken": dict(process.taken),
                     "communicators": [
-                        {"rank": c.rank, "nranks": c.nranks, "tid": c.tid, "comm": c.comm}
+                        {
+                            "rank": c.rank,
+                            "nranks": c.nranks,
+                            "tid": c.tid,
+                            "comm": c.comm,
+                            "taken": dict(c.taken),
+                        }
                         for c in process.communicators
+                    ],
+                    "uneven": [
+                        {"name": n, "value": v, "without": w}
+                        for n, v, w in nccl_log.uneven(process)
                     ],
                     "tuning": [list(t) for t in process.tuning],
                     # None: this process's environment was not recorded (not a profiled rank)
@@ -58,6 +80,51 @@ def nccl_processes(launches: Sequence[LaunchEvidence]) -> list[dict[str, Any]]:
                 }
             )
     return out
+
+
+HOST_FIELDS = (
+    "launches",
+    "graph_launches",
+    "kernel_launches",
+    "syncs",
+    "sync_ms",
+    "d2h_copies",
+    "idle_before_replay_ms",
+)
+
+
+def host_means(launches: Sequence[LaunchEvidence]) -> dict[str, Any] | None:
+    """Means over the side's GPU traces of the host's CUDA calls per verify."""
+    calls = [t.host for launch in launches for t in launch.traces if t.host is not None]
+    if not calls:
+        return None
+    out: dict[str, Any] = {}
+    for name in HOST_FIELDS:
+        values = [getattr(c, name) for c in calls if getattr(c, name) is not None]
+        out[name] = _mean(values)
+    sync_calls: dict[str, float] = defaultdict(float)
+    for c in calls:
+        for call, count in c.sync_calls:
+            sync_calls[call] += count / len(calls)
+    out["sync_calls"] = dict(sync_calls)
+    return out
+
+
+def batch_counts(launches: Sequence[LaunchEvidence]) -> dict[str, Any] | None:
+    """Verifies per batch size (and how many of them replayed a CUDA graph), and the batch
+    sizes the server captured graphs for, over the side's launches."""
+    by_bs: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for launch in launches:
+        for bs, graph in launch.verifies:
+            by_bs[bs][0] += 1
+            by_bs[bs][1] += int(graph)
+    captured = sorted({size for launch in launches for size in (launch.captured or ())})
+    if not by_bs and not captured:
+        return None
+    return {
+        "verifies_by_bs": {str(bs): list(v) for bs, v in sorted(by_bs.items())},
+        "captured": captured or None,
+    }
 
 
 def fold(label: str, config: Mapping[str, str], launches: Sequence[LaunchEvidence]) -> Side:
@@ -91,6 +158,10 @@ def fold(label: str, config: Mapping[str, str], launches: Sequence[LaunchEvidenc
         allreduce_paths=tuple(dict.fromkeys(p for t in traces for p in t.allreduce_paths)),
         traces=tuple(t.path for t in traces),
         nccl=tuple(nccl_processes(launches)),
+        host=host_means(launches),
+        batches=batch_counts(launches),
+        trace_reader=traces[0].reader if traces else None,
+        verify_ms_error=standard_error([ms for t in traces for ms in t.verify_ms_each]),
         ranks=tuple(
             {
                 "launch": launch.launch_id,

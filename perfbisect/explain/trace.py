@@ -11,14 +11,15 @@ first profiled verify is left out: it carries the profiler's own start-up.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from perfbisect.explain.groups import HOST_GAP, group_of, nccl_kernel
+from perfbisect.explain.host_calls import HostCalls, TraceEvent, host_calls
+from perfbisect.explain.trace_read import Event, read_events
 
 STAGES = {
     "perfbisect.verify": "verify",
@@ -58,6 +59,9 @@ class TraceSummary:
     gpu_idle_ms_per_verify: float | None  # None on CPU
     nccl: tuple[NcclUse, ...] = field(default_factory=tuple)
     allreduce_paths: tuple[str, ...] = ()  # which all-reduce implementations the trace shows
+    host: HostCalls | None = None  # GPU only: the host's CUDA calls inside the verify
+    reader: str = ""  # which parser read the trace (HolisticTraceAnalysis, or the JSON reader)
+    verify_ms_each: tuple[float, ...] = ()  # each summarised verify range, in order
 
 
 def allreduce_paths(names: set[str], nccl_sites: set[str]) -> tuple[str, ...]:
@@ -76,44 +80,11 @@ def allreduce_paths(names: set[str], nccl_sites: set[str]) -> tuple[str, ...]:
     return tuple(paths)
 
 
-@dataclass(frozen=True)
-class _Event:
-    name: str
-    cat: str
-    tid: Any
-    ts: float
-    dur: float
-    correlation: Any
-
-    @property
-    def end(self) -> float:
-        return self.ts + self.dur
-
-
-def _events(data: Mapping[str, Any]) -> list[_Event]:
-    out = []
-    for raw in data.get("traceEvents", []):
-        if raw.get("ph") != "X" or "dur" not in raw:
-            continue
-        args = raw.get("args") or {}
-        out.append(
-            _Event(
-                str(raw.get("name", "")),
-                str(raw.get("cat", "")),
-                raw.get("tid"),
-                float(raw["ts"]),
-                float(raw["dur"]),
-                args.get("correlation"),
-            )
-        )
-    return out
-
-
-def _self_times(ops: Sequence[_Event]) -> list[tuple[_Event, float, bool]]:
+def _self_times(ops: Sequence[Event]) -> list[tuple[Event, float, bool]]:
     """Each operator with its self time (its duration less its children's) and whether it is
     top-level (no enclosing operator) on its thread."""
-    result: list[tuple[_Event, float, bool]] = []
-    by_tid: dict[Any, list[_Event]] = defaultdict(list)
+    result: list[tuple[Event, float, bool]] = []
+    by_tid: dict[Any, list[Event]] = defaultdict(list)
     for op in ops:
         by_tid[op.tid].append(op)
     for events in by_tid.values():
@@ -131,7 +102,7 @@ def _self_times(ops: Sequence[_Event]) -> list[tuple[_Event, float, bool]]:
     return result
 
 
-def _inside(event: _Event, windows: Sequence[_Event]) -> _Event | None:
+def _inside(event: Event, windows: Sequence[Event]) -> Event | None:
     for window in windows:
         if window.tid == event.tid and window.ts <= event.ts and event.end <= window.end + 1e-3:
             return window
@@ -153,9 +124,12 @@ def _union_us(spans: Iterable[tuple[float, float]]) -> float:
 
 
 def summarise(path: Path) -> TraceSummary | None:
-    """The per-verify summary of one trace; None when it holds no verify range."""
-    events = _events(json.loads(path.read_text()))
-    marks = [e for e in events if e.name in STAGES]
+    """The per-verify summary of one trace (``.json``, or ``.json.gz`` as kept in the docs);
+    None when it holds no verify range."""
+    events, reader = read_events(path)
+    # The host's ranges only: the profiler also draws each range on the GPU's timeline
+    # (``gpu_user_annotation``), which would count every verify twice.
+    marks = [e for e in events if e.name in STAGES and e.cat != "gpu_user_annotation"]
     windows = sorted((e for e in marks if STAGES[e.name] == "verify"), key=lambda e: e.ts)
     if not windows:
         return None
@@ -176,13 +150,18 @@ def summarise(path: Path) -> TraceSummary | None:
         summary = _cpu_summary(path, cpu_ops, kept, verify_ms, stage_ms)
     names = {e.name for e in events}
     sites = {n.call_site for n in summary.nccl}
-    return replace(summary, allreduce_paths=allreduce_paths(names, sites))
+    return replace(
+        summary,
+        allreduce_paths=allreduce_paths(names, sites),
+        reader=reader,
+        verify_ms_each=tuple(w.dur / 1000.0 for w in kept),
+    )
 
 
 def _cpu_summary(
     path: Path,
-    cpu_ops: Sequence[_Event],
-    kept: Sequence[_Event],
+    cpu_ops: Sequence[Event],
+    kept: Sequence[Event],
     verify_ms: float,
     stage_ms: dict[str, float],
 ) -> TraceSummary:
@@ -205,10 +184,10 @@ def _cpu_summary(
 
 def _gpu_summary(
     path: Path,
-    events: Sequence[_Event],
-    gpu: Sequence[_Event],
-    cpu_ops: Sequence[_Event],
-    kept: Sequence[_Event],
+    events: Sequence[Event],
+    gpu: Sequence[Event],
+    cpu_ops: Sequence[Event],
+    kept: Sequence[Event],
     verify_ms: float,
     stage_ms: dict[str, float],
 ) -> TraceSummary:
@@ -218,7 +197,7 @@ def _gpu_summary(
         for e in events
         if e.cat in ("cuda_runtime", "cuda_driver") and e.correlation is not None
     }
-    per_window: dict[int, list[_Event]] = defaultdict(list)
+    per_window: dict[int, list[Event]] = defaultdict(list)
     sites: dict[int, str] = {}
     for kernel in gpu:
         launch = launches.get(kernel.correlation)
@@ -250,14 +229,30 @@ def _gpu_summary(
         for (site, op, algo, proto), count in sorted(nccl_counts.items(), key=str)
     )
     kernels_per_verify = sum(len(k) for k in per_window.values()) / n
+    runtime = [e for e in events if e.cat in ("cuda_runtime", "cuda_driver")]
+
+    def window_of(event: TraceEvent) -> Event | None:
+        return _inside(cast(Event, event), kept)  # host_calls hands back this trace's events
+
+    calls = host_calls(runtime, gpu, kept, window_of)
     return TraceSummary(
-        str(path), "cuda", n, verify_ms, stage_ms, ops, groups, kernels_per_verify, idle_ms, nccl
+        str(path),
+        "cuda",
+        n,
+        verify_ms,
+        stage_ms,
+        ops,
+        groups,
+        kernels_per_verify,
+        idle_ms,
+        nccl,
+        host=calls,
     )
 
 
-def _call_site(launch: _Event, cpu_ops: Sequence[_Event]) -> str:
+def _call_site(launch: Event, cpu_ops: Sequence[Event]) -> str:
     """The innermost operator around a kernel's launch (the launch's name when none)."""
-    best: _Event | None = None
+    best: Event | None = None
     for op in cpu_ops:
         around = op.tid == launch.tid and op.ts <= launch.ts and launch.end <= op.end + 1e-3
         if around and (best is None or op.dur < best.dur):

@@ -138,7 +138,7 @@ class Model:
         self.key_index = torch.arange(args.max_seq, device=device)
 
     def all_reduce(self, x):  # type: ignore[no-untyped-def]
-        if self.tp > 1:
+        if self.tp > 1 or self.args.group == "always":
             self.torch.distributed.all_reduce(x)
         return x
 
@@ -329,7 +329,9 @@ def rank_main(args: argparse.Namespace, rank: int, tp: int, port: int, conn) -> 
         torch.set_num_threads(args.threads)
         if args.device == "cuda":
             torch.cuda.set_device(rank)
-        if tp > 1:
+        # --group always: a process group (NCCL on a GPU) even for one rank, so the verify's
+        # all-reduces run on a communicator and NCCL's own log exists at TP=1 too.
+        if tp > 1 or args.group == "always":
             import torch.distributed as dist
 
             dist.init_process_group(
@@ -339,6 +341,11 @@ def rank_main(args: argparse.Namespace, rank: int, tp: int, port: int, conn) -> 
                 world_size=tp,
             )
         worker = Rank(args, rank, tp)
+        if args.late_nccl_proto != "none":
+            # fault injection: a tuning variable that reaches the rank only after its
+            # communicator was made (the warm-up's collectives made it), as a framework that
+            # sets it in os.environ too late would: NCCL never takes it
+            os.environ["NCCL_PROTO"] = args.late_nccl_proto
         conn.send(("ready", rank, worker.verify_graph is not None))
         while True:
             message = conn.recv()
@@ -598,6 +605,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     s.add_argument("--verify-mode", choices=["graph", "eager"], default="graph")
     s.add_argument("--verify-input", choices=["cache", "prefix"], default="cache")
     s.add_argument("--extra-allreduce", action="store_true")
+    s.add_argument("--group", choices=["auto", "always"], default="auto")
+    s.add_argument("--late-nccl-proto", default="none", help="fault injection: set after init")
     s.add_argument("--timing-dir")
     s.add_argument("--fail-rank", type=int, default=-1, help="fault injection: this rank exits")
     s.add_argument("--fail-after", type=int, default=1, help="... after this many cycles")

@@ -50,6 +50,17 @@ class _NoMark:
         return None
 
 
+def nccl_libraries() -> list[str]:
+    """The NCCL libraries this process has mapped (its own /proc/self/maps): the one its
+    communicators run on, whatever NCCL's log says of its version."""
+    try:
+        with open("/proc/self/maps") as fh:
+            paths = {line.split()[-1] for line in fh if "libnccl" in line and "/" in line}
+    except OSError:
+        return []
+    return sorted(p for p in paths if p.startswith("/"))
+
+
 def numa_node(cpus: set[int]) -> int | None:
     """The NUMA node holding all of ``cpus`` (None when they span several or none is known)."""
     root = "/sys/devices/system/node"
@@ -114,6 +125,7 @@ class VerifyProfiler:
             "env": env,
             "affinity": sorted(cpus),
             "numa": numa_node(cpus),
+            "nccl_library": nccl_libraries(),
         }
         with open(self._path("process", "json"), "w") as fh:
             json.dump(record, fh)
@@ -139,6 +151,9 @@ class VerifyProfiler:
                 activities = [ProfilerActivity.CPU]
                 if torch.cuda.is_available():
                     activities.append(ProfilerActivity.CUDA)
+                # the environment the profiled verifies run with (a variable put into
+                # os.environ after start-up shows here; the record from start-up is replaced)
+                self.write_process()
                 self.prof = profile(activities=activities, record_shapes=False)
                 self.prof.start()
             elif self.prof is not None and self.seen > self.skip + self.cycles:

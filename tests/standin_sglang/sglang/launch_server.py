@@ -7,10 +7,12 @@ SGLang's log lines (decode batches, the ready line) and serves /health_generate,
 scales with the model's depth (`num_hidden_layers` of its config.json; 8 without one), as a
 proxy launch's fewer layers do on a GPU. Flags that only exist here: --stand-in-never-ready,
 --stand-in-http-error, --stand-in-slow-weights (slower only with real weights: a regression a
-`--load-format dummy` proxy cannot show).
+`--load-format dummy` proxy cannot show), --stand-in-batch N (the running batch of every
+verify: above --cuda-graph-max-bs it runs eager, as SGLang's CudaGraphRunner.can_run says).
 """
 
 import argparse
+import concurrent.futures
 import http.server
 import json
 import os
@@ -52,6 +54,8 @@ def main():
     p.add_argument("--host", required=True)
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--disable-cuda-graph", action="store_true")
+    p.add_argument("--cuda-graph-max-bs", type=int, default=8)
+    p.add_argument("--stand-in-batch", type=int, default=1)
     p.add_argument("--stand-in-never-ready", action="store_true")
     p.add_argument("--stand-in-http-error", action="store_true")
     p.add_argument("--stand-in-slow-weights", action="store_true")
@@ -68,6 +72,11 @@ def main():
     if args.port + 10000 > 65535:  # as SGLang 0.5.12's server_args does for its gRPC port
         raise ValueError(f"SGLANG_GRPC_PORT ({args.port + 10000}) must be between 1 and 65535")
     graph = not args.disable_cuda_graph
+    if graph:  # SGLang's line when it captures the target's decode graphs
+        captured = list(range(1, args.cuda_graph_max_bs + 1))
+        print(f"Capture cuda graph bs {captured}", file=sys.stderr, flush=True)
+        graph = args.stand_in_batch <= args.cuda_graph_max_bs
+    Batch.batch_size = args.stand_in_batch
     cost = (2.0 if graph else 6.0) * layers / 8
     if args.stand_in_slow_weights and args.load_format != "dummy":
         cost += 3.0
@@ -78,6 +87,7 @@ def main():
     # not): a stand-in's numbers, chosen so that speculation wins at 2 ms verify and loses at 6.
     decoders = [ModelRunner(r, 1.0 * layers / 8, graph) for r in range(args.tp_size)]
     lock = threading.Lock()
+    scheduler = concurrent.futures.ThreadPoolExecutor(max_workers=1)
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -94,10 +104,16 @@ def main():
                 self._send(400, {"error": "stand-in refuses this request"})
                 return
             tokens = body["sampling_params"]["max_new_tokens"]
-            with lock:  # one verify at a time, as one GPU stream would
+
+            def decode():
                 for _ in range(max(1, tokens // accept)):
                     for runner in runners if speculative else decoders:
                         runner.forward(Batch() if speculative else DecodeBatch())
+
+            # One forward at a time on one thread, as SGLang's scheduler runs them (the verify
+            # timer's profiler is started and stopped in the thread that runs the forwards).
+            with lock:
+                scheduler.submit(decode).result()
                 print(
                     f"[stand-in] Decode batch, #running-req: 1, #token: {tokens}, token usage: "
                     f"0.01, accept len: {accept:.2f}, accept rate: 1.00, cuda graph: {graph}, "

@@ -1,0 +1,345 @@
+"""`bisect explain`'s mechanism findings: how the verify ran (a CUDA graph replay or eager
+kernel launches, a host synchronisation before the replay, a running batch above the captured
+graph sizes), from GPU traces (a real one from the H200, and test doubles of PyTorch's trace
+format where no GPU exists here) and from the stand-in SGLang's real processes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Cli, layered_env
+
+from perfbisect.explain.evidence import LaunchEvidence
+from perfbisect.explain.findings import rank
+from perfbisect.explain.mechanisms import batch_findings, graph_findings, sync_findings
+from perfbisect.explain.sides import fold
+from perfbisect.explain.trace import summarise
+from perfbisect.explain.trace_read import hta_available
+
+REAL_TRACE = (
+    Path(__file__).parents[1]
+    / "docs/examples/explain_gpu/out_h200_tp1/trace.0000-good.rank0.json.gz"
+)
+STANDIN = Path(__file__).with_name("standin_sglang") / "sglang"
+
+
+def _x(cat: str, name: str, ts: float, dur: float, tid: int = 1, **args: Any) -> dict[str, Any]:
+    event: dict[str, Any] = {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid}
+    event.update(ts=ts, dur=dur)
+    if args:
+        event["args"] = args
+    return event
+
+
+def gpu_trace(path: Path, mode: str) -> Path:
+    """A test double of a GPU profile (no GPU here), in the shapes PyTorch's profiler writes:
+    three verify ranges (the first left out as warm-up), each also drawn on the GPU timeline
+    (``gpu_user_annotation``, as the real profiler does), 48 kernels per verify launched as
+    one CUDA graph (``graph``), one by one (``eager``), or as a graph after a ``.item()``: a
+    device-to-host copy and a stream synchronize, the GPU idle until the host launches the
+    graph (``sync``)."""
+    events: list[dict[str, Any]] = []
+    corr = 0
+    for start in (0.0, 10_000.0, 20_000.0):
+        events.append(_x("user_annotation", "perfbisect.verify", start, 5_000.0))
+        events.append(_x("gpu_user_annotation", "perfbisect.verify", start, 4_000.0, tid=7))
+        host, gpu = start + 10.0, start + 100.0
+        # the draft's last kernel, launched before the verify, runs until the verify's first
+        corr += 1
+        events.append(_x("cuda_runtime", "cudaLaunchKernel", start - 150, 5.0, correlation=corr))
+        events.append(_x("kernel", "draft_kernel", start - 100, 200.0, 7, correlation=corr))
+        if mode == "sync":
+            corr += 1
+            events.append(_x("cpu_op", "aten::_local_scalar_dense", host, 90.0))
+            events.append(_x("cuda_runtime", "cudaMemcpyAsync", host + 1, 5.0, correlation=corr))
+            events.append(
+                _x("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", gpu, 5.0, 7, correlation=corr)
+            )
+            events.append(_x("cuda_runtime", "cudaStreamSynchronize", host + 10, 80.0))
+            host, gpu = host + 100.0, gpu + 5.0 + 50.0  # the GPU waits 50 us for the launch
+        if mode == "eager":
+            launches = [("cudaLaunchKernel", ["gemm_kernel"])] * 48
+        else:
+            launches = [("cudaGraphLaunch", ["gemm_kernel"] * 48)]
+        for runtime, kernels in launches:
+            corr += 1
+            events.append(_x("cpu_op", "aten::mm", host, 8.0))
+            events.append(_x("cuda_runtime", runtime, host + 1, 5.0, correlation=corr))
+            for name in kernels:
+                events.append(_x("kernel", name, gpu, 20.0, 7, correlation=corr))
+                gpu += 20.0 if mode != "eager" else 30.0
+            host += 10.0
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def _side(label: str, trace: Path, tmp_path: Path, graph_fraction: float | None = None) -> Any:
+    summary = summarise(trace)
+    assert summary is not None
+    launch = LaunchEvidence(1, 1.0, tmp_path, (summary,), (), (), graph_fraction)
+    return fold(label, {}, [launch])
+
+
+def test_a_real_h200_trace_counts_one_graph_replay_per_verify() -> None:
+    """The reference server's verify on the H200, in its CUDA graph: one cudaGraphLaunch per
+    verify replays 295 kernels; the profiler's GPU-timeline copies of the ranges are not
+    counted as verifies of their own (they halved every per-verify number before)."""
+    summary = summarise(REAL_TRACE)
+    assert summary is not None and summary.device == "cuda"
+    assert summary.verifies == 7  # 8 profiled, the first left out; not 15
+    assert summary.kernels_per_verify == 295
+    host = summary.host
+    assert host is not None
+    assert (host.graph_launches, host.kernel_launches, host.launches) == (1.0, 0.0, 1.0)
+    assert host.syncs == 1.0 and host.d2h_copies == 1.0  # the server reads its tokens back
+    assert host.idle_before_replay_ms is not None and host.idle_before_replay_ms > 0
+
+
+def test_host_calls_tell_a_graph_replay_from_eager_launches_and_find_the_sync(
+    tmp_path: Path,
+) -> None:
+    graph = summarise(gpu_trace(tmp_path / "graph.json", "graph"))
+    eager = summarise(gpu_trace(tmp_path / "eager.json", "eager"))
+    synced = summarise(gpu_trace(tmp_path / "sync.json", "sync"))
+    assert graph is not None and eager is not None and synced is not None
+    assert graph.verifies == eager.verifies == synced.verifies == 2
+    assert graph.host is not None and eager.host is not None and synced.host is not None
+    assert (graph.host.launches, graph.host.graph_launches) == (1.0, 1.0)
+    assert (eager.host.launches, eager.host.graph_launches) == (48.0, 0.0)
+    assert eager.host.idle_before_replay_ms is None  # no replay to wait for
+    assert graph.host.syncs == 0.0 and synced.host.syncs == 1.0
+    assert synced.host.d2h_copies == 1.0 and synced.host.sync_ms == pytest.approx(0.080)
+    assert synced.host.sync_calls == (("cudaStreamSynchronize", 1.0),)
+    # the replay's first kernel follows the draft's at once without the sync (the host had
+    # launched it ahead), and 50 us after the copy with it
+    assert graph.host.idle_before_replay_ms == pytest.approx(0.0)
+    assert synced.host.idle_before_replay_ms == pytest.approx(0.050)
+
+
+def test_verify_eager_reads_as_kernels_per_verify_and_the_groups_that_grew(
+    tmp_path: Path,
+) -> None:
+    good = _side("good", gpu_trace(tmp_path / "g.json", "graph"), tmp_path, 1.0)
+    bad = _side("bad", gpu_trace(tmp_path / "b.json", "eager"), tmp_path, 0.0)
+    profiled = 0.5
+    (finding,) = graph_findings(good, bad, profiled)
+    assert finding.title.startswith(
+        "verify eager: kernels per verify 1 -> 48 (CUDA graph replays 1 -> 0, kernel launches "
+        "0 -> 48), +0.470 ms in host gaps"
+    ), finding.title
+    assert finding.title.endswith("; verify in CUDA graphs 100% -> 0% of cycles")
+    assert finding.share == pytest.approx(0.470 / profiled)
+    assert not sync_findings(good, bad, profiled)  # eager is not a sync
+    # a mechanism ranks above an operator with a larger share
+    from perfbisect.explain.model import Finding
+
+    op = Finding("operator", "aten::mm", 0.99, 0.5, "traces")
+    assert rank([op, finding])[0] is finding
+
+
+def test_a_sync_before_the_replay_reads_as_synchronisation_with_its_share(
+    tmp_path: Path,
+) -> None:
+    good = _side("good", gpu_trace(tmp_path / "g.json", "graph"), tmp_path, 1.0)
+    bad = _side("bad", gpu_trace(tmp_path / "b.json", "sync"), tmp_path, 1.0)
+    (finding,) = sync_findings(good, bad, profiled=0.2)
+    assert finding.kind == "synchronisation"
+    assert finding.title == (
+        "host synchronisation in the verify: syncs per verify 0.0 -> 1.0 "
+        "(cudaStreamSynchronize 1.0), device-to-host copies 0.0 -> 1.0, host blocked "
+        "0.000 -> 0.080 ms; GPU idle before the graph replay 0.000 -> 0.050 ms"
+    )
+    assert finding.share == pytest.approx(0.080 / 0.2)
+    assert not graph_findings(good, bad, 0.2)  # both replayed their graph
+    assert not sync_findings(good, bad, profiled=-0.1)[0].share  # no share without a delta
+
+
+def test_a_batch_above_the_captured_sizes_is_named_from_records_and_the_log(
+    tmp_path: Path,
+) -> None:
+    def side(label: str, captured: tuple[int, ...], graph: bool) -> Any:
+        launch = LaunchEvidence(
+            1, 1.0, tmp_path, (), (), (), None, verifies=((4, graph),) * 10, captured=captured
+        )
+        return fold(label, {}, [launch])
+
+    good, bad = side("good", (1, 2, 4, 8), True), side("bad", (1, 2), False)
+    (finding,) = batch_findings(good, bad)
+    assert finding.title == (
+        "verify batch above the captured CUDA-graph sizes: running batch up to 4 against "
+        "captured sizes up to 2 on the bad side; 100% of its verifies above them, 0% of those "
+        "in a graph (the rest eager); good side captured up to 8, running batch up to 4, 0% above"
+    )
+    assert not batch_findings(good, good)
+
+
+@pytest.fixture(scope="module")
+def served_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A real environment whose site-packages holds the stand-in `sglang` package."""
+    python, site_dir = layered_env(sys.executable, tmp_path_factory.mktemp("sglang-env") / "venv")
+    shutil.copytree(STANDIN, Path(site_dir) / "sglang")
+    return str(python)
+
+
+STANDIN_EXPERIMENT = """
+[target]
+kind = "sglang"
+build = "installed"
+python = "{python}"
+model = "{models}/target"
+draft_model = "{models}/draft"
+tp = 1
+ready = "health"
+requests = 4
+concurrency = 2
+max_new_tokens = 16
+warmup_requests = 1
+timeout_s = 60
+extra_args = ["--stand-in-batch", "4"]
+
+[target.axis_args.graph_bs]
+covers = ["--cuda-graph-max-bs", "8"]
+below = ["--cuda-graph-max-bs", "2"]
+
+[axes.custom.graph_bs]
+values = ["covers", "below"]
+ordered = false
+
+[explain]
+launches = 1
+cycles = 4
+skip = 2
+"""
+
+
+def test_the_stand_in_sglang_names_the_batch_above_the_captured_sizes(
+    cli: Cli, tmp_path: Path, served_python: str
+) -> None:
+    """The DeepSeek-V3 proxy's mechanism, on CPU: --cuda-graph-max-bs 2 below a running batch
+    of 4 (the stand-in runs such verifies eagerly, as SGLang does); the explanation names it
+    from the verify timer's records and the server's capture line."""
+    models = tmp_path / "models"
+    for name in ("target", "draft"):
+        (models / name).mkdir(parents=True)
+    (tmp_path / "perfbisect.toml").write_text(
+        STANDIN_EXPERIMENT.format(python=served_python, models=models)
+    )
+    why = cli.json(
+        "bisect",
+        "explain",
+        "--good",
+        "graph_bs=covers",
+        "--bad",
+        "graph_bs=below",
+        "--json",
+        timeout=300,
+    )
+    kinds = [f["kind"] for f in why["findings"]]
+    assert kinds[:2] == ["batch", "graph"], why["findings"]
+    assert "running batch up to 4 against captured sizes up to 2" in why["findings"][0]["title"]
+    assert "verify in CUDA graphs 100% -> 0% of cycles" in why["findings"][1]["title"]
+    assert why["bad"]["batches"]["captured"] == [1, 2]
+    assert why["good"]["batches"]["verifies_by_bs"]["4"][1] > 0  # in graphs on the good side
+    assert why["delta"] > 0
+
+
+@pytest.mark.skipif(not hta_available(), reason="HolisticTraceAnalysis is not installed")
+def test_holistic_trace_analysis_and_the_json_reader_give_the_same_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTA parses the traces where it is installed (the explain extra); the JSON reader stays
+    for where it is not (the GPU machine's carried wheels): both read a real H200 trace and a
+    CPU trace of the reference server to the same per-verify numbers."""
+    import perfbisect.explain.trace as trace_module
+    from perfbisect.explain.trace_read import HTA, JSON_READER, read_events
+
+    cpu = gpu_trace(tmp_path / "cpu.json", "eager")
+    for path in (REAL_TRACE, cpu):
+        by_hta = summarise(path)
+        monkeypatch.setattr(trace_module, "read_events", lambda p: read_events(p, False))
+        by_json = summarise(path)
+        monkeypatch.undo()
+        assert by_hta is not None and by_json is not None
+        assert (by_hta.reader, by_json.reader) == (HTA, JSON_READER)
+        assert by_hta.verifies == by_json.verifies
+        assert by_hta.kernels_per_verify == by_json.kernels_per_verify
+        assert by_hta.verify_ms == pytest.approx(by_json.verify_ms, rel=1e-6)
+        for group, ms in by_json.groups.items():
+            assert by_hta.groups[group] == pytest.approx(ms, rel=1e-6, abs=1e-9), group
+        assert by_hta.host == by_json.host or (
+            by_hta.host is not None
+            and by_json.host is not None
+            and by_hta.host.launches == by_json.host.launches
+            and by_hta.host.sync_ms == pytest.approx(by_json.host.sync_ms, rel=1e-6)
+        )
+
+
+# NCCL's INFO lines as NCCL 2.18-2.28 print them (format of NVIDIA/nccl issues #1038, #1646):
+# one process, a first communicator made without NCCL_PROTO, a second made after it was set.
+LATE_LOG = """\
+gpu:7001:7001 [0] NCCL INFO NCCL version 2.28.9+cuda13.0
+gpu:7001:7001 [0] NCCL INFO comm 0x1111 rank 0 nranks 1 cudaDev 0 nvmlDev 0 busId 18000 commId 0xaa - Init START
+gpu:7001:7001 [0] NCCL INFO ncclCommInitRankConfig comm 0x1111 rank 0 nranks 1 cudaDev 0 nvmlDev 0 busId 18000 commId 0xaa - Init COMPLETE
+gpu:7001:7001 [0] NCCL INFO comm 0x2222 rank 0 nranks 1 cudaDev 0 nvmlDev 0 busId 18000 commId 0xbb - Init START
+gpu:7001:7001 [0] NCCL INFO NCCL_PROTO set by environment to LL
+gpu:7001:7001 [0] NCCL INFO ncclCommInitRankConfig comm 0x2222 rank 0 nranks 1 cudaDev 0 nvmlDev 0 busId 18000 commId 0xbb - Init COMPLETE
+"""
+
+
+def test_nccl_says_per_communicator_what_it_took(tmp_path: Path) -> None:
+    """A variable set in the process after its first communicator was made: the process as a
+    whole 'took' it, the first communicator did not, and the finding names that one."""
+    from perfbisect.explain.findings import nccl_findings
+    from perfbisect.explain.nccl_log import parse, uneven
+
+    (process,) = parse(LATE_LOG.splitlines())
+    first, second = process.communicators
+    assert (first.comm, dict(first.taken)) == ("0x1111", {})
+    assert (second.comm, dict(second.taken)) == ("0x2222", {"NCCL_PROTO": "LL"})
+    assert uneven(process) == [("NCCL_PROTO", "LL", ["0x1111"])]
+    launch = LaunchEvidence(1, 1.0, tmp_path, (), (), (process,), None)
+    bad, good = fold("bad", {}, [launch]), fold("good", {}, [])
+    titles = [f.title for f in nccl_findings(good, bad)]
+    assert titles[0].startswith(
+        "NCCL_PROTO=LL taken by some NCCL communicators of pid 7001 (bad side) but not by 0x1111"
+    ), titles
+
+
+def test_a_failing_hta_leaves_the_json_reader_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import perfbisect.explain.trace_read as trace_read
+
+    def broken(path: Path) -> list[Any]:
+        raise AttributeError("module 'pandas' has no attribute 'x'")  # a version not tried here
+
+    monkeypatch.setattr(trace_read, "_hta_events", broken)
+    monkeypatch.setattr(trace_read, "hta_available", lambda: True)
+    summary = summarise(gpu_trace(tmp_path / "g.json", "graph"))
+    assert summary is not None and summary.kernels_per_verify == 48
+    assert summary.reader == (
+        "perfbisect's JSON reader (HolisticTraceAnalysis failed: AttributeError: module "
+        "'pandas' has no attribute 'x')"
+    )
+
+
+def test_a_profiled_delta_inside_the_verifies_spread_apportions_nothing(tmp_path: Path) -> None:
+    """One launch a side on a busy machine: a delta the verifies' own spread covers is said,
+    and no share is stated against it."""
+    from dataclasses import replace
+
+    from perfbisect.explain.run import within_noise
+
+    side = _side("good", gpu_trace(tmp_path / "g.json", "graph"), tmp_path)
+    noisy = replace(side, verify_ms_error=0.05)
+    assert within_noise(0.1, noisy, noisy) is not None and "+-0.071 ms" in str(
+        within_noise(0.1, noisy, noisy)
+    )
+    assert within_noise(0.2, noisy, noisy) is None  # 2.8 standard errors: it apportions
+    assert "do not show it" in str(within_noise(-0.2, noisy, noisy))
+    assert side.verify_ms_error == 0.0  # the double's verifies are all 5 ms
