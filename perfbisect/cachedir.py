@@ -7,7 +7,8 @@ Python environment per pinned dependency set), ``trees`` (commit trees copied fo
 are on those hosts), and small working folders. Worktrees are also bounded on their own: the
 least recently used beyond 48 per repository are evicted (gitrepo.evict_worktrees).
 SGLang environments likewise: beyond ``[target] max_envs`` (4) per host
-(targets/sglang/envs.evict_envs).
+(targets/sglang/envs.evict_envs), and the compile caches of their pin sets (``sglang-compile``,
+targets/sglang/caches.py) by the same bound.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ KINDS = {
     "worktrees": "git checkouts per commit and patch set",
     "logs": "launch logs per session",
     "sglang-envs": "Python environments per pinned SGLang dependency set",
+    "sglang-compile": "Triton, TorchInductor and JIT kernel caches per SGLang pin set",
     "nccl": "NCCL libraries materialised from wheels",
     "sitecustomize": "generated sitecustomize folders (deleted after each launch)",
     "launch": "tmux launch folders (deleted after each launch)",
@@ -65,7 +67,7 @@ def _items(path: Path, kind: str) -> list[Path]:
             for t in repo.iterdir()
             if t.is_dir() and (t / ".git").exists()
         ]
-    if kind == "sglang-envs":  # the environments; not their lock files
+    if kind in ("sglang-envs", "sglang-compile"):  # the folders; not lock files
         return [p for p in path.iterdir() if p.is_dir()]
     return list(path.iterdir())
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from perfbisect.bisect.report_model import Interval, Step
+from perfbisect.targets.sglang.startup import phases_text
 
 
 def num(value: float | None) -> str:
@@ -55,9 +56,13 @@ def verification_text(step: Step) -> str:
 
 
 def stage_times(timings: Mapping[str, Any]) -> str:
-    """``build 0.1s, ready 56.0s, measure 30.2s`` from a launch's stored timings."""
+    """``build 0.1s, ready 56.0s (workers 17.0s, graphs 1.0s, ...), measure 30.2s`` from a
+    launch's stored timings: the ready stage with its start-up phases where they were read
+    from the server's log (an SGLang launch)."""
+    phases = phases_text(timings)
     parts = [
         f"{k.removesuffix('_s')} {float(v):.1f}s"
+        + (f" ({phases})" if k == "ready_s" and phases else "")
         for k, v in timings.items()
         if k.endswith("_s") and isinstance(v, (int, float))
     ]

@@ -195,9 +195,14 @@ def test_dry_run_of_an_installed_sglang(cli: Cli, tmp_path: Path, served_python:
     commands = result["commands"]
     assert commands["sglang_version"] == "0.5.12"  # what the environment's sglang says
     assert "no build: build = installed" in commands["build"][0]
-    assert commands["serve"].endswith("--disable-cuda-graph")  # the first configuration's args
+    # The first configuration's args; its own graph flag leaves the graph sizes alone, and
+    # SGLang's warm-up is skipped (the workload warms up itself).
+    assert commands["serve"].endswith("--disable-cuda-graph --skip-server-warmup")
+    assert "--cuda-graph-bs" not in commands["serve"]
+    assert "left to the experiment's own --disable-cuda-graph" in commands["startup"]
     assert commands["ready"].endswith("/health_generate")
     assert not (tmp_path / "cache" / "logs").exists()  # nothing ran
+    assert not (tmp_path / "cache" / "sglang-compile").exists()  # nor made: a dry run
 
 
 PROXY_EXPERIMENT = """

@@ -39,6 +39,7 @@ from perfbisect.store.history import (
     session_launches,
 )
 from perfbisect.targets.gitrepo import CommitInfo
+from perfbisect.targets.sglang.startup import session_startup
 
 DRIFT_MIN_EFFECT = 0.05
 
@@ -350,6 +351,10 @@ def build_report(
         log_dir=log_dir,
         threshold_interval=outcome.threshold_interval,
         threshold_basis=threshold_basis,
+        # the search's own launches: `bisect explain`'s run with a profiler on
+        startup=session_startup(
+            [(v.flags, v.timings) for v in views if v.status == "ok" and v.purpose != "explain"]
+        ),
         warnings=warnings(
             engine,
             outcome,

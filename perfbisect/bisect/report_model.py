@@ -411,6 +411,9 @@ class Report:
     # `bisect explain`'s result as JSON (perfbisect/explain/model.py `Explanation.to_json`,
     # versioned by its own `explanation_version`); None until the culprit is explained.
     why: dict[str, Any] | None = None
+    # SGLang launches: the median time to ready and its phases, for the first launch of each
+    # pin set and the later ones (targets/sglang/startup.py session_startup); None otherwise.
+    startup: dict[str, Any] | None = None
     report_version: int = REPORT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)  # fields of a newer version, kept
 
@@ -468,6 +471,7 @@ class Report:
             "remaining": self.remaining,
             "legend": self.legend,
             "why": self.why,
+            "startup": self.startup,
             **self.extra,
         }
 
@@ -516,6 +520,7 @@ class Report:
             fidelity=Fidelity.from_json(data.get("fidelity")),
             remaining=data.get("remaining"),
             why=data.get("why"),
+            startup=data.get("startup"),
             report_version=int(data.get("report_version", 1)),
             extra={k: v for k, v in data.items() if k not in known},
         )

@@ -29,6 +29,7 @@ from perfbisect.formatting import (
     short_hashes,
     verification_text,
 )
+from perfbisect.targets.sglang.startup import ready_brief, summary_text
 
 STATUS_STYLE = {
     "found": "bold green",
@@ -258,6 +259,8 @@ def render_report(report: Report, out: Console | None = None) -> None:
         + "; "
         f"time to this answer: {clock(report.time_spent_s)} in launch stages"
     )
+    for line in summary_text(report.startup or {}):
+        out.print(f"start-up, {line}", soft_wrap=True)
     if report.log_dir:
         out.print(f"logs: {escape(report.log_dir)}", soft_wrap=True)
 
@@ -410,7 +413,7 @@ def render_log(session: int, entries: Sequence[dict[str, Any]]) -> None:
     whether it counts in that configuration's numbers, and its log."""
     render_rows(
         f"session {session} launches",
-        ["#", "id", "purpose", "config", "value", "counted", "verdict", "log"],
+        ["#", "id", "purpose", "config", "value", "counted", "verdict", "ready (s)", "log"],
         [
             (
                 e["seq"],
@@ -426,6 +429,7 @@ def render_log(session: int, entries: Sequence[dict[str, Any]]) -> None:
                 if e["kept"] is False
                 else "-",
                 e["verdict"] or "-",
+                ready_brief(e.get("timings") or {}),
                 e["log"],
             )
             for e in entries

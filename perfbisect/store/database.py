@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,6 +88,22 @@ class Store:
             event.listen(self.engine, "connect", _on_connect)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._migrate()
+        if self.engine.dialect.name == "sqlite":
+            atexit.register(_close_at_exit, weakref.ref(self))
+
+    def close(self) -> None:
+        """Write the WAL's pages into the database file and close the connections: the file
+        alone then holds the whole history, as a copy carried to another machine between two
+        device calls needs (a process that ends with its connections open, as a command
+        stopped by Ctrl-C did, leaves the newest transactions in ``<db>-wal`` beside it).
+        PASSIVE: a ``query`` while a bisect writes is never held up at its exit."""
+        if self.engine.dialect.name == "sqlite":
+            try:
+                with self.engine.connect() as conn:
+                    conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+            except SQLAlchemyError:
+                pass  # PASSIVE never waits: what another process holds, its own exit writes
+        self.engine.dispose()
 
     def _migrate(self) -> None:
         # The common case, a database already at this version's head, needs no alembic (whose
@@ -146,9 +164,6 @@ class Store:
         finally:
             session.close()
 
-    def close(self) -> None:
-        self.engine.dispose()
-
 
 _REVISION = re.compile(r"""^revision\s*(?::\s*str\s*)?=\s*["']([^"']+)["']""", re.M)
 _DOWN = re.compile(r"""^down_revision\s*(?::[^=]*)?=\s*["']?([^"'\n]+?)["']?\s*$""", re.M)
@@ -188,6 +203,12 @@ def _missing_driver(exc: ImportError) -> str:
     if extra is None:
         return f"{exc} (install the database driver this URL names)"
     return f"its driver {module} is not installed: pip install 'perfbisect[{extra}]'"
+
+
+def _close_at_exit(ref: weakref.ref[Store]) -> None:
+    store = ref()
+    if store is not None:
+        store.close()
 
 
 def open_store(url: str | None = None, create: bool = True) -> Store:

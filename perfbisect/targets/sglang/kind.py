@@ -55,6 +55,10 @@ class SglangOptions:
     baseline: bool = False
     baseline_rounds: int = 2  # with/without pairs per endpoint
     timeout_s: float = 1800.0  # seconds per stage: build (pip), readiness, measure
+    # Start-up (targets/sglang/startup_args.py, caches.py): on by default, false turns it off.
+    compile_cache: bool = True  # kernel caches (Triton, Inductor, JIT) kept per pin set
+    fit_cuda_graphs: bool = True  # --cuda-graph-bs 1..concurrency unless extra_args size graphs
+    skip_server_warmup: bool = True  # --skip-server-warmup when warmup_requests > 0
 
 
 SCHEMA: Schema = schema_of(SglangOptions)

@@ -80,3 +80,61 @@ def server_argv(
 def shell_command(argv: Sequence[str]) -> str:
     """Quoted, but placeholders like ``{port}`` left for substitution."""
     return " ".join(a if a.startswith("{") and a.endswith("}") else shlex.quote(a) for a in argv)
+
+
+# ---- start-up: the CUDA-graph sizes the workload needs, SGLang's own warm-up ------------------
+
+# The user's own say on graph capture: any of these in a launch's server args leaves it alone.
+GRAPH_FLAGS = (
+    "--cuda-graph-bs",
+    "--cuda-graph-max-bs",
+    "--disable-cuda-graph",
+    "--cuda-graph-bs-decode",  # 0.5.2x: the decode graphs' sizes (EAGLE's verify among them)
+    "--cuda-graph-max-bs-decode",
+    "--disable-decode-cuda-graph",
+    "--cuda-graph-backend-decode",
+)
+WARMUP_FLAG = "--skip-server-warmup"
+# What a checkout's argument parser declares, by flag: a literal add_argument up to 0.5.1x, a
+# dataclass field from which the flag is derived in 0.5.2x (sglang/srt/arg_groups).
+_DECLARES = {
+    "--cuda-graph-bs": ('"--cuda-graph-bs"',),
+    "--cuda-graph-bs-decode": ("cuda_graph_bs_decode: A[",),
+    WARMUP_FLAG: (f'"{WARMUP_FLAG}"', "skip_server_warmup: A["),
+}
+
+
+DECLARATION_MARKS = tuple(mark for marks in _DECLARES.values() for mark in marks)
+
+
+def declared_flags(sources: str) -> set[str]:
+    """The start-up flags a version's server args source (``srt/server_args.py`` and
+    ``srt/arg_groups/``) declares."""
+    return {flag for flag, marks in _DECLARES.items() if any(m in sources for m in marks)}
+
+
+def graph_flag(declared: set[str]) -> str | None:
+    """The flag that lists the decode graphs' batch sizes in this version (the target's verify
+    graphs and, with EAGLE, the draft's and draft-extend's, which read the same list)."""
+    for flag in ("--cuda-graph-bs", "--cuda-graph-bs-decode"):
+        if flag in declared:
+            return flag
+    return None
+
+
+def graph_sizes(concurrency: int) -> list[int]:
+    """The batch sizes a workload of ``concurrency`` requests in flight runs at, on SGLang's
+    own grid for speculative decoding (1-8, then steps of 2, 4, 8, 16: a batch between two
+    captured sizes is padded to the next one), up to and including ``concurrency``."""
+    grid = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8)]
+    top = max(1, concurrency)
+    return sorted({*(bs for bs in grid if bs < top), top})
+
+
+def user_flag(args: Sequence[str], flags: Sequence[str]) -> str | None:
+    """The first of ``flags`` the user's server args set (``--flag value`` or ``--flag=v``)."""
+    for arg in args:
+        name = str(arg).split("=", 1)[0]
+        if name in flags:
+            return name
+    return None

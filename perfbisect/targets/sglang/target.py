@@ -23,6 +23,7 @@ from perfbisect.targets.command import CommandTarget
 from perfbisect.targets.kind import parse_options
 from perfbisect.targets.readiness import LOG_PREFIX
 from perfbisect.targets.sglang.build import BuildOptions, build, envs_root
+from perfbisect.targets.sglang.caches import CompileCache, installed_key, layout, prepare
 from perfbisect.targets.sglang.deps import install_plan
 from perfbisect.targets.sglang.envs import Sources
 from perfbisect.targets.sglang.kind import SglangOptions
@@ -30,6 +31,8 @@ from perfbisect.targets.sglang.launch_args import checkout_version, server_argv,
 from perfbisect.targets.sglang.proxy import ProxySpec, flag_note, prepare_model
 from perfbisect.targets.sglang.proxy import server_args as proxy_args
 from perfbisect.targets.sglang.server_log import READY_LINE, failure_cause, log_notes
+from perfbisect.targets.sglang.startup import START_COMMAND, as_timings, startup_phases
+from perfbisect.targets.sglang.startup_args import Startup, declared_on_host, startup_args
 from perfbisect.targets.sglang.timer import BOOT, install_timer
 
 WORKLOAD = program("sglang_workload.py")
@@ -113,18 +116,29 @@ class SglangTarget(CommandTarget):
         proxy_model: str | None = None,
         speculative: bool = True,
         source_path: str | None = None,
+        startup: Startup | None = None,
     ) -> dict[str, str]:
         """The serve, ready and measure commands; ``proxy_model``: the proxy's model folder
         (a proxy launch), ``speculative``: False for a baseline launch, ``source_path``: the
-        checkout's folder SGLang is imported from (no editable install)."""
+        checkout's folder SGLang is imported from (no editable install), ``startup``: the
+        version's start-up flags and the pin set's compile caches."""
         options = {**self.sglang, "extra_args": self._server_args(values)}
         if proxy_model is not None and self.proxy is not None:
             options["model"] = proxy_model
             options["extra_args"] = [*options["extra_args"], *proxy_args(self.proxy, version)]
+        startup = startup or Startup(set(), None)
+        extra, note = startup_args(self.opts, options["extra_args"], startup)
+        options["extra_args"] = [*options["extra_args"], *extra]
         argv = server_argv(python, version, options, "{port}", speculative)
         serve = "PERFBISECT_VERIFY_TIMER_DIR={timing} exec " + shell_command(argv)
         if source_path:
             serve = f"PYTHONPATH={shlex.quote(source_path)}${{PYTHONPATH:+:$PYTHONPATH}} " + serve
+        if "SGLANG_LOG_MS" not in self.experiment.env:  # milliseconds in the phases' times
+            serve = 'SGLANG_LOG_MS="${SGLANG_LOG_MS:-1}" ' + serve
+        if startup.cache is not None:
+            serve = startup.cache.shell_prefix() + serve
+        # The start mark: the phases' clock starts when the serve command does (startup.py).
+        serve = START_COMMAND + serve
         workload = [
             shlex.quote(python),
             shlex.quote(self._workload_path()),
@@ -153,7 +167,20 @@ class SglangTarget(CommandTarget):
             "ready": ready,
             "measure": " ".join(workload),
             "version": str(version) if version else "unknown",
+            "startup": note,
         }
+
+    def _prepare_startup(self, key: str, package: str, make: bool = True) -> Startup:
+        """The start-up flags the served SGLang (its package folder on the host) declares,
+        and the compile caches of ``key`` (its pin set; ``make``: False for a dry run, which
+        writes nothing)."""
+        declared = declared_on_host(self.host, package)
+        cache: CompileCache | None = None
+        if self.opts.compile_cache and make:
+            cache = prepare(self.host, key, self.experiment.env, self.opts.max_envs)
+        elif self.opts.compile_cache:
+            cache = layout(self.host, key, self.experiment.env)
+        return Startup(declared, cache)
 
     def _prompts_path(self) -> str:
         local = self.experiment.directory / str(self.opts.prompts)
@@ -203,7 +230,9 @@ class SglangTarget(CommandTarget):
         source_path: str | None = None
         notes: tuple[str, ...] = ()
         if self.installed:
-            python, version, info = self._installed()
+            python, version, info, location = self._installed()
+            package = location.rsplit("/", 1)[0]
+            key = installed_key(python, str(version))
         else:
             version = self._checkout_version(worktree)
             started = time.monotonic()
@@ -223,6 +252,8 @@ class SglangTarget(CommandTarget):
             spent = time.monotonic() - started  # part of time to culprit: recorded per step
             info = BuildInfo("ok", built.reused, spent, f"pin set {built.digest}: {built.label}")
             (log_dir / "build.log").write_text(built.log)
+            package, key = f"{source_path}/sglang", built.digest
+        startup = self._prepare_startup(key, package)
         proxy_model: str | None = None
         if config.is_proxy:
             assert self.proxy is not None
@@ -231,8 +262,10 @@ class SglangTarget(CommandTarget):
             proxy_model = prepare_model(self.host, source, self.proxy, root)
             notes = (*notes, flag_note(self.proxy, proxy_model, version))
         commands = self._commands(
-            python, version, values, proxy_model, not config.is_baseline, source_path
+            python, version, values, proxy_model, not config.is_baseline, source_path, startup
         )
+        if commands["startup"]:
+            notes = (*notes, commands["startup"])
         plan = LaunchPlan(commands["measure"], commands["serve"], commands["ready"], notes=notes)
         return info, plan
 
@@ -248,14 +281,14 @@ class SglangTarget(CommandTarget):
             self.opts.max_envs,
         )
 
-    def _installed(self) -> tuple[str, Version | None, BuildInfo]:
+    def _installed(self) -> tuple[str, Version | None, BuildInfo, str]:
         """``build = "installed"``: serve the SGLang that ``python`` imports, as it is."""
         python, version, location, site = self._probe_installed()
         install_timer(self.host, site)
         note = (
             f"installed sglang {version or 'unknown'} at {location} (no build: build = installed)"
         )
-        return python, version, BuildInfo("ok", True, 0.0, note)
+        return python, version, BuildInfo("ok", True, 0.0, note), location
 
     def _probe_installed(self) -> tuple[str, Version | None, str, str]:
         """The interpreter, the SGLang version it imports, where from, and its site-packages."""
@@ -304,6 +337,8 @@ class SglangTarget(CommandTarget):
         measured.snapshot["speculative"] = not config.is_baseline
         log_file = Path(log_dir) / "serve.log"
         log = log_file.read_text(errors="replace") if log_file.exists() else ""
+        # Numbers next to the stage times (keys without "_s": not stages, never summed).
+        measured.timings.update(as_timings(startup_phases(log, measured.timings.get("ready_s"))))
         measured.flags.extend(log_notes(log))
         warning = graph_warning(measured.flags)
         if warning:
@@ -315,7 +350,8 @@ class SglangTarget(CommandTarget):
         values = self._values(config, "<worktree>", 0)
         source_path: str | None = None
         if self.installed:
-            python, version, _, _ = self._probe_installed()
+            python, version, location, _ = self._probe_installed()
+            package, key = location.rsplit("/", 1)[0], installed_key(python, str(version))
             steps = [
                 f"{python} -c {shlex.quote(_INSTALLED_PROBE)}   # no build: build = installed",
                 f"install {BOOT.name} + .pth into {python}'s site-packages",
@@ -328,6 +364,7 @@ class SglangTarget(CommandTarget):
             options = self._build_options()
             source_path = f"{worktree}/python"
             plan = install_plan(text, pins=options.pins)
+            package, key = f"{source_path}/sglang", plan.digest
             env_dir = f"{envs_root(self.host)}/{plan.digest}"
             python = f"{env_dir}/bin/python"
             version = self._checkout_version(worktree)
@@ -352,7 +389,8 @@ class SglangTarget(CommandTarget):
             steps += [
                 f"install {BOOT.name} + .pth into the environment's site-packages",
             ]
-        commands = self._commands(python, version, values, source_path=source_path)
+        startup = self._prepare_startup(key, package, make=False)
+        commands = self._commands(python, version, values, source_path=source_path, startup=startup)
         described: dict[str, Any] = {
             "host": self.host.address,
             "launch": self._method(config),
@@ -361,6 +399,7 @@ class SglangTarget(CommandTarget):
             "serve": commands["serve"],
             "ready": commands["ready"],
             "measure": commands["measure"],
+            "startup": commands["startup"],
         }
         if self.proxy is not None:
             source = self.proxy.model or self.opts.model

@@ -11,15 +11,69 @@ proxy launch's fewer layers do on a GPU. Flags that only exist here: --stand-in-
 verify: above --cuda-graph-max-bs it runs eager, as SGLang's CudaGraphRunner.can_run says).
 """
 
-import argparse
 import concurrent.futures
 import http.server
 import json
 import os
 import sys
 import threading
+import time
+from datetime import datetime
 
 from sglang.srt.model_executor.model_runner import ModelRunner
+from sglang.srt.server_args import capture_sizes, parser
+
+COMPILE_S = 0.4  # a stand-in's kernel compilation: what a warm compile cache saves
+
+
+def log(message):
+    """A line in SGLang's own format (configure_logger; milliseconds with SGLANG_LOG_MS)."""
+    now = datetime.now()
+    ms = f".{now.microsecond // 1000:03d}" if os.environ.get("SGLANG_LOG_MS") else ""
+    print(f"[{now:%Y-%m-%d %H:%M:%S}{ms}] {message}", file=sys.stderr, flush=True)
+
+
+def compile_kernels(name):
+    """Compile once per Triton cache: a cold cache costs COMPILE_S and leaves a kernel file."""
+    folder = os.environ.get("TRITON_CACHE_DIR") or os.path.expanduser("~/.triton/cache")
+    kernel = os.path.join(folder, f"{name}.cubin")
+    if os.path.exists(kernel):
+        return
+    time.sleep(COMPILE_S)
+    os.makedirs(folder, exist_ok=True)
+    with open(kernel, "w") as f:
+        f.write("stand-in kernel\n")
+
+
+def start_up(args, speculative):
+    """SGLang's start-up milestones (startup.py reads them), with the graphs it captures."""
+    log(f"server_args=ServerArgs(model_path={args.model_path!r}, tp_size={args.tp_size})")
+    log("Init torch distributed begin.")
+    log("Load weight begin. avail mem=139.13 GB")
+    log("Load weight end. elapsed=0.11 s, type=LlamaForCausalLM, avail mem=138.90 GB")
+    log("KV Cache is allocated. #tokens: 1130738, K size: 17.25 GB, V size: 17.25 GB")
+    log("Memory pool end. avail mem=104.37 GB")
+    sizes = capture_sizes(args)
+    if not args.disable_cuda_graph:
+        log("Capture cuda graph begin. This can take up to several minutes. avail mem=104.28 GB")
+        log(f"Capture cuda graph bs {sizes}")
+        tic = time.perf_counter()
+        compile_kernels("target_verify")
+        time.sleep(0.002 * len(sizes))
+        log(f"Capture cuda graph end. Time elapsed: {time.perf_counter() - tic:.2f} s.")
+    if speculative:
+        log("Init torch distributed begin.")
+        log("Load weight end. elapsed=0.01 s, type=LlamaForCausalLMEagle3, avail mem=104.18 GB")
+        log("Memory pool end. avail mem=99.86 GB")
+        if not args.disable_cuda_graph:
+            log("Capture draft cuda graph begin. This can take up to several minutes.")
+            tic = time.perf_counter()
+            time.sleep(0.002 * len(sizes))
+            log(f"Capture draft cuda graph end. Time elapsed: {time.perf_counter() - tic:.2f} s.")
+    log(f"INFO:     Started server process [{os.getpid()}]")
+    if not args.skip_server_warmup:
+        time.sleep(0.2)  # SGLang's own warm-up request
+        log('INFO:     127.0.0.1:40000 - "POST /generate HTTP/1.1" 200 OK')
 
 
 class Mode:
@@ -43,25 +97,7 @@ class DecodeBatch:
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--model-path", required=True)
-    p.add_argument("--speculative-algorithm")
-    p.add_argument("--speculative-draft-model-path")
-    p.add_argument("--speculative-num-steps", type=int)
-    p.add_argument("--speculative-eagle-topk", type=int)
-    p.add_argument("--speculative-num-draft-tokens", type=int)
-    p.add_argument("--tp-size", type=int, required=True)
-    p.add_argument("--host", required=True)
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--disable-cuda-graph", action="store_true")
-    p.add_argument("--cuda-graph-max-bs", type=int, default=8)
-    p.add_argument("--stand-in-batch", type=int, default=1)
-    p.add_argument("--stand-in-never-ready", action="store_true")
-    p.add_argument("--stand-in-http-error", action="store_true")
-    p.add_argument("--stand-in-slow-weights", action="store_true")
-    p.add_argument("--load-format", default="auto", choices=["auto", "dummy", "safetensors"])
-    p.add_argument("--speculative-draft-load-format", default=None, choices=["auto", "dummy"])
-    args = p.parse_args()
+    args = parser().parse_args()
     print("[stand-in] argv: " + json.dumps(sys.argv[1:]), file=sys.stderr, flush=True)
     config_file = os.path.join(args.model_path, "config.json")
     layers = 8
@@ -72,10 +108,8 @@ def main():
     if args.port + 10000 > 65535:  # as SGLang 0.5.12's server_args does for its gRPC port
         raise ValueError(f"SGLANG_GRPC_PORT ({args.port + 10000}) must be between 1 and 65535")
     graph = not args.disable_cuda_graph
-    if graph:  # SGLang's line when it captures the target's decode graphs
-        captured = list(range(1, args.cuda_graph_max_bs + 1))
-        print(f"Capture cuda graph bs {captured}", file=sys.stderr, flush=True)
-        graph = args.stand_in_batch <= args.cuda_graph_max_bs
+    if graph:  # start_up prints the captured sizes; a batch above them runs eager
+        graph = args.stand_in_batch <= max(capture_sizes(args))
     Batch.batch_size = args.stand_in_batch
     cost = (2.0 if graph else 6.0) * layers / 8
     if args.stand_in_slow_weights and args.load_format != "dummy":
@@ -137,7 +171,8 @@ def main():
     if args.tp_size > 1:
         print("[stand-in] sglang is using nccl==2.27.7", file=sys.stderr, flush=True)
     if not args.stand_in_never_ready:
-        print("The server is fired up and ready to roll!", file=sys.stderr, flush=True)
+        start_up(args, speculative)
+        log("The server is fired up and ready to roll!")
     server.serve_forever()
 
 
