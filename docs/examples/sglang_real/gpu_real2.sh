@@ -3,10 +3,11 @@
 # resume) for the range e7f94d0d40..3fe6bc390b, with its own state (/tmp/pbreal2), its clone
 # (/tmp/sglang2) and its environment: /tmp/pbreal2/py, layered on python3 (which keeps SGLang
 # 0.5.12's wheel set for the session's other runs) with the range's three pinned wheels.
-# Parts, as prepare_real.sh and prepare_real2.sh leave them (each call's carry is stashed):
-#   .gpu/p1/wheels.part00, .gpu/p2/wheels.part01, .gpu/p2/SHA256SUMS -> /tmp/parts: SGLang 0.5.12's
-#       wheel set for python3, with .whl (perfbisect's dependencies, read in place) -- not needed
-#       where run 1 or ../explain_gpu/run_sglang.sh set this machine up (/tmp/pbreal/setup.ok)
+# Parts, as prepare_real2.sh leaves them (each call's carry is stashed):
+#   .gpu/range/b1 (wheels.part00), .gpu/range/b2 (wheels.part01, SHA256SUMS) -> /tmp/parts: run 1's
+#       parts of SGLang 0.5.12's wheel set (copied from .gpu/p1, .gpu/p2) for python3, with .whl
+#       (perfbisect's dependencies, read in place) -- not needed where run 1 or
+#       ../explain_gpu/run_sglang.sh set this machine up (/tmp/pbreal/setup.ok)
 #   .gpu/range/r1 (transformers 5.8.1), .gpu/range/r2 (flashinfer 0.6.12),
 #   .gpu/range/r3 (sglang-kernel 0.4.3, the range's repository, SHA256SUMS.range2) -> /tmp/parts2
 # The calls (README.md, "Run 2"): stash, stash, go; then resume N. A fresh machine after a lost
@@ -20,7 +21,8 @@ export RANGE_TAR=/tmp/parts2/sglang-range2.git.tar SMOKE_PY=/tmp/pbreal2/py/bin/
 export STATE_CARRY=.gpu/range/state
 ENV_DIR=/tmp/pbreal2/py  # real2.toml's [target] python is $ENV_DIR/bin/python
 
-mkdir -p /tmp/parts2
+mkdir -p /tmp/parts /tmp/parts2
+for d in .gpu/range/b1 .gpu/range/b2; do [ -d $d ] && cp $d/* /tmp/parts/; done
 for d in .gpu/range/r1 .gpu/range/r2 .gpu/range/r3; do [ -d $d ] && cp $d/* /tmp/parts2/; done
 
 # shellcheck source=gpu_real.sh

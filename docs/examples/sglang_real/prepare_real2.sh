@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Here (a machine with PyPI and a git history of sgl-project/sglang main up to BAD): what run 2
 # (range2.md, real2.toml) needs on top of run 1's parts (prepare_real.sh: .gpu/p1, .gpu/p2, .whl),
-# in three parts that ride along with run 1's (a call carries 64 MiB with the working tree):
+# in parts that a call (64 MiB with the working tree) can carry in whole folders:
 #   OUT/r1/  transformers-5.8.1                                                 (10.1 MiB)
 #   OUT/r2/  flashinfer_python-0.6.12                                           (13.3 MiB)
 #   OUT/r3/  sglang_kernel-0.4.3 (cut), sglang-range2.git.tar, SHA256SUMS.range2 (50.7 MiB)
+#   OUT/b1/, OUT/b2/  run 1's parts of SGLang 0.5.12's wheel set, copied from the checkout's
+#            ../p1 and ../p2 beside OUT (prepare_real.sh) without what run 2 does not need there (an
+#            extra wheel in p1, run 1's range in p2): wheels.part00 | wheels.part01, SHA256SUMS
 # Usage: prepare_real2.sh SGLANG_GIT_DIR [OUT]   (OUT defaults to the checkout's .gpu/range, which
 #        .gitignore's /.gpu/ keeps out of git)
 #
@@ -70,6 +73,10 @@ tar -cf "$tmp/r3/sglang-range2.git.tar" -C "$tmp" sglrange2.git
 (cd "$tmp" && sha256sum r1/*.whl r2/*.whl r3/*.whl r3/sglang-range2.git.tar \
   | sed 's# r[123]/# #' > r3/SHA256SUMS.range2)
 
-rm -rf "$out/r1" "$out/r2" "$out/r3" && mkdir -p "$out"
+rm -rf "$out/r1" "$out/r2" "$out/r3" "$out/b1" "$out/b2" && mkdir -p "$out/b1" "$out/b2"
 mv "$tmp/r1" "$tmp/r2" "$tmp/r3" "$out/"
-cat "$out/r3/SHA256SUMS.range2"; du -sh "$out/r1" "$out/r2" "$out/r3"
+gpu=$(dirname "$out")  # .gpu, where prepare_real.sh left p1 and p2
+cp "$gpu/p1/wheels.part00" "$out/b1/" && cp "$gpu/p2/wheels.part01" "$gpu/p2/SHA256SUMS" "$out/b2/"
+sum=$(cat "$out/b1/wheels.part00" "$out/b2/wheels.part01" | sha256sum | cut -d' ' -f1)
+grep -q "^$sum  wheels.tar$" "$out/b2/SHA256SUMS" || { echo "run 1's parts do not make its wheels.tar"; exit 1; }
+cat "$out/r3/SHA256SUMS.range2"; du -sh "$out"/*
