@@ -7,28 +7,47 @@
 #            cloned to /tmp/sglang, an import smoke of both endpoints), then
 #            `perfbisect bisect start --good GOOD --bad BAD` until the call's time is up
 #   resume   `perfbisect bisect resume`, same limit (sets up first on a fresh machine whose
-#            parts were stashed again; the history comes from .gpu/state/pb.sqlite if carried)
+#            parts were stashed again; the history comes from $STATE_CARRY/pb.sqlite if carried)
 # BUDGET_S (default 555): seconds from the call's start after which perfbisect gets SIGINT (its
 # clean stop: the server torn down, the session saved) unless the launch in flight can finish.
+# Another range or experiment (gpu_real2.sh sets these and sources this file): GOOD, BAD, EXP (the
+# experiment file), RANGE_TAR (a tar of the range's bare repository), RANGE_DIR (its clone, the
+# experiment's [target] repo), STATE (database, cache, experiment folder), SMOKE_PY (the
+# interpreter of the import smoke), STATE_CARRY, and a `setup_hook` function run before the clone.
 set -o pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-here=$(cd "$(dirname "$0")" && pwd); repo=$(cd "$here/../../.." && pwd)
-export PERFBISECT_DB=/tmp/pbreal/pb.db PERFBISECT_CACHE=/tmp/pbreal/cache
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd); repo=$(cd "$here/../../.." && pwd)
+STATE=${STATE:-/tmp/pbreal}
+export PERFBISECT_DB=$STATE/pb.db PERFBISECT_CACHE=$STATE/cache
 GOOD=${GOOD:-0c19540550e1c488b6a6675b4909737d8f274fe2}  # #25335, first commit with 0.5.12's pins
 BAD=${BAD:-314dedf7c6ecb19561499f965d4af84d4383b154}    # #25686, last before #25690
-work=/tmp/pbreal/exp
+EXP=${EXP:-$here/real.toml}
+RANGE_TAR=${RANGE_TAR:-/tmp/parts/sglang-range.git.tar}
+RANGE_DIR=${RANGE_DIR:-/tmp/sglang}
+SMOKE_PY=${SMOKE_PY:-python3}
+STATE_CARRY=${STATE_CARRY:-.gpu/state}
+work=$STATE/exp
 deadline=$((SECONDS + ${BUDGET_S:-555}))
 launch_s=${LAUNCH_S:-75}  # one launch, start to teardown, as the earlier runs measured it
-mkdir -p /tmp/parts /tmp/pbreal
+mkdir -p /tmp/parts /tmp/pbreal "$STATE"
 for d in .gpu/p1 .gpu/p2; do [ -d $d ] && cp $d/* /tmp/parts/; done
 # the checkout's perfbisect first (the code under test), /tmp/site for its dependencies
 [ -d /tmp/site ] && export PYTHONPATH=$repo:/tmp/site
 
-setup() {
-  [ -f /tmp/pbreal/setup.ok ] && { echo "set up already"; return 0; }
+setup() { base_setup && range_setup; }
+
+# Once per machine, for every run: SGLang 0.5.12's wheel set into python3, perfbisect's wheels
+# into /tmp/site, the tiny models. The range's tar need not travel (--ignore-missing), but the
+# wheels' must verify. /tmp/pbreal/setup.ok is what this file's first version and
+# ../explain_gpu/run_sglang.sh leave after the same set-up (and run 1's range).
+base_setup() {
+  if [ -f /tmp/pbreal/base.ok ] || [ -f /tmp/pbreal/setup.ok ]; then
+    echo "base set up already"; return 0
+  fi
   cd /tmp/parts || return 1
   ls -la
-  cat wheels.part* > wheels.tar && sha256sum -c SHA256SUMS || return 1
+  cat wheels.part* > wheels.tar && sha256sum -c --ignore-missing SHA256SUMS | tee /tmp/pbreal/sums.txt || return 1
+  grep -q '^wheels.tar: OK' /tmp/pbreal/sums.txt || { echo "wheels.tar not verified"; return 1; }
   rm -rf /tmp/w && mkdir -p /tmp/w && tar -xf wheels.tar -C /tmp/w || return 1
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir /tmp/w/wheels/*.whl || return 1
   echo "installed $(ls /tmp/w/wheels | wc -l) wheels (0.5.12's set less SGLang's own) into $(python3 -c 'import sys; print(sys.prefix)')"
@@ -37,11 +56,24 @@ setup() {
   export PYTHONPATH=$repo:/tmp/site
   python3 -c "import importlib.util as u; print('sglang importable outside the source tree:', u.find_spec('sglang') is not None)"
   python3 "$here/../sglang_gpu/make_tiny_models.py" /tmp/models || return 1
-  rm -rf /tmp/sglang-range.git /tmp/sglang && tar -xf /tmp/parts/sglang-range.git.tar -C /tmp \
-    && mv /tmp/sglrange.git /tmp/sglang-range.git && git clone -q /tmp/sglang-range.git /tmp/sglang || return 1
-  echo "range: $(git -C /tmp/sglang rev-list --first-parent --count $GOOD..$BAD) commits after $GOOD, up to $BAD (shallow at $(head -1 /tmp/sglang/.git/shallow))"
-  mkdir -p $work && cp "$here/real.toml" $work/perfbisect.toml || return 1
-  touch /tmp/pbreal/setup.ok
+  touch /tmp/pbreal/base.ok
+}
+
+# Once per run: the run's own environment (setup_hook), the range repository cloned, the
+# experiment in place.
+range_setup() {
+  [ -f "$STATE/run.ok" ] && { echo "run set up already"; return 0; }
+  export PYTHONPATH=$repo:/tmp/site
+  if declare -F setup_hook >/dev/null; then setup_hook || return 1; fi
+  local bare
+  bare=$(tar -tf "$RANGE_TAR" | awk -F/ 'NR == 1 {print $1}') || return 1  # awk reads to the end: no SIGPIPE under pipefail
+  rm -rf "${STATE:?}/$bare" "$RANGE_DIR" && tar -xf "$RANGE_TAR" -C "$STATE" \
+    && git clone -q "$STATE/$bare" "$RANGE_DIR" || return 1
+  echo "range: $(git -C "$RANGE_DIR" rev-list --first-parent --count $GOOD..$BAD) commits after $GOOD, up to $BAD (shallow at $(head -1 "$RANGE_DIR/.git/shallow"))"
+  mkdir -p $work && cp "$EXP" $work/perfbisect.toml || return 1
+  touch "$STATE/run.ok"
+  [ "$STATE" = /tmp/pbreal ] && touch /tmp/pbreal/setup.ok  # run 1's range too, as before
+  return 0
 }
 
 # A wheel the smoke found missing, sent later: `carry` .gpu/extra with it, then `go` again.
@@ -55,20 +87,29 @@ extra_wheels() {
     && echo "installed extra: ${found[*]##*/}"
 }
 
-# Both endpoints import SGLang's server, scheduler and EAGLE workers from source (no GPU): a
-# package the wheel set lacks shows here in seconds, not after a launch's minute.
+# Both endpoints import SGLang's server, scheduler and EAGLE workers from source (no GPU), at
+# once: a package the wheel set lacks shows here in seconds, not after a launch's minute. The V1
+# worker (eagle_worker.py) is imported where the commit still has it (#25464 deleted it).
 smoke() {
   local sha
   for sha in $GOOD $BAD; do
-    rm -rf /tmp/smoke-$sha && git -C /tmp/sglang worktree add -q --detach /tmp/smoke-$sha $sha
-    echo "== $sha: $(git -C /tmp/sglang log -1 --format='%cI %s' $sha)"
-    (cd /tmp && PYTHONPATH=/tmp/smoke-$sha/python timeout 240 python3 -c "
-import time; t = time.time()
+    rm -rf /tmp/smoke-$sha && git -C "$RANGE_DIR" worktree add -q --detach /tmp/smoke-$sha $sha
+    (cd /tmp && PYTHONPATH=/tmp/smoke-$sha/python timeout 240 "$SMOKE_PY" -c "
+import importlib, os, time; t = time.time()
 import sglang, sglang.launch_server, sglang.srt.entrypoints.http_server, sglang.srt.managers.scheduler
-import sglang.srt.model_executor.model_runner, sglang.srt.speculative.eagle_worker, sglang.srt.speculative.eagle_worker_v2
+import sglang.srt.model_executor.model_runner, sglang.srt.speculative.eagle_worker_v2
 import sglang.srt.models.llama, sglang.srt.models.llama_eagle3
-print('imports ok in %.1fs from' % (time.time() - t), sglang.__file__)")
-    git -C /tmp/sglang worktree remove --force /tmp/smoke-$sha
+v1 = os.path.join(os.path.dirname(sglang.__file__), 'srt/speculative/eagle_worker.py')
+if os.path.exists(v1):
+    importlib.import_module('sglang.srt.speculative.eagle_worker')
+print('imports ok in %.1fs from' % (time.time() - t), sglang.__file__, '(V1 worker %s)' % ('imported' if os.path.exists(v1) else 'absent'))") \
+      > /tmp/smoke-$sha.log 2>&1 &
+  done
+  wait
+  for sha in $GOOD $BAD; do
+    echo "== $sha: $(git -C "$RANGE_DIR" log -1 --format='%cI %s' $sha)"
+    cat /tmp/smoke-$sha.log
+    git -C "$RANGE_DIR" worktree remove --force /tmp/smoke-$sha
   done
 }
 
@@ -104,6 +145,7 @@ record() {  # at most 6 files: $OUT takes 8 a call
   cp "$PERFBISECT_DB" "$OUT/pb.sqlite" 2>/dev/null
 }
 
+main() {
 case "$1" in
   stash)
     ls -la /tmp/parts; git --version; nvidia-smi --query-gpu=name,driver_version --format=csv
@@ -125,13 +167,26 @@ case "$1" in
       } 2>&1 | tee "$OUT/bisect_go.txt" | tail -40
       record go
     else
-      if [ ! -f $PERFBISECT_DB ] && [ -f "$repo/.gpu/state/pb.sqlite" ]; then
-        cp "$repo/.gpu/state/pb.sqlite" $PERFBISECT_DB && echo "history restored from .gpu/state"
+      if [ ! -f $PERFBISECT_DB ] && [ -f "$repo/$STATE_CARRY/pb.sqlite" ]; then
+        cp "$repo/$STATE_CARRY/pb.sqlite" $PERFBISECT_DB && echo "history restored from $STATE_CARRY"
       fi
       cd $work || exit 1
       { echo "\$ perfbisect bisect resume"; until_deadline bisect resume; } 2>&1 \
         | tee "$OUT/bisect_resume_${2:-1}.txt" | tail -60
       record "resume_${2:-1}"
     fi ;;
-  *) echo "usage: gpu_real.sh stash|go|resume [N]"; exit 2 ;;
+  explain)  # the session's culprit launched again with the profiler on ([explain] launches a side)
+    { setup && echo "setup done at ${SECONDS}s"; } > "$OUT/setup.txt" 2>&1 || { cat "$OUT/setup.txt"; exit 1; }
+    export PYTHONPATH=$repo:/tmp/site
+    if [ ! -f $PERFBISECT_DB ] && [ -f "$repo/$STATE_CARRY/pb.sqlite" ]; then
+      cp "$repo/$STATE_CARRY/pb.sqlite" $PERFBISECT_DB && echo "history restored from $STATE_CARRY"
+    fi
+    cd $work || exit 1
+    { echo "\$ perfbisect bisect explain"; until_deadline bisect explain; } 2>&1 | tee "$OUT/explain.txt" | tail -40
+    record explain ;;
+  *) echo "usage: $(basename "$0") stash|go|resume [N]|explain"; exit 2 ;;
 esac
+}
+
+# Run directly: one step; sourced (gpu_real2.sh): the functions, with its settings
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then main "$@"; fi
