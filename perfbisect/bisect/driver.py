@@ -38,6 +38,7 @@ from perfbisect.store.database import Store
 from perfbisect.store.history import (
     LaunchView,
     Reusable,
+    launch_with_samples,
     reusable_launches,
     session_launches,
     session_steps,
@@ -45,6 +46,10 @@ from perfbisect.store.history import (
 from perfbisect.store.models import utcnow
 from perfbisect.store.watch import watch_reusable
 from perfbisect.targets.base import Target
+
+# The flag of a launch that took the value of one of its own session's earlier launches (told
+# apart from "reused from launch N (session M ...)": earlier sessions' launches).
+OWN_REUSE = "the value of this session's launch"
 
 
 class Interrupted(PerfbisectError):
@@ -91,6 +96,9 @@ class SearchOptions:
     # is also the drift check); 0 = never (--fresh).
     reuse_days: float = 7.0
     slots: int | None = None  # launches at once (--slots); None: the [executor]'s
+    # A crossing at a merge commit is searched inside the branch it merged (merges.py);
+    # False: --no-descend-merges.
+    descend_merges: bool = True
 
     def policy(self, experiment: Experiment) -> Policy:
         return Policy(
@@ -246,6 +254,7 @@ def _record_reused(
     request: LaunchRequest,
     experiment: Experiment,
     reused: Reusable,
+    flag: str | None = None,
 ) -> LaunchResult:
     records.record_launch(
         store,
@@ -254,10 +263,10 @@ def _record_reused(
             samples=reused.samples,
             value=reused.value,
             flags=[
-                f"reused from launch {reused.launch_id} ("
+                flag
+                or f"reused from launch {reused.launch_id} ("
                 + (f"session {reused.session_id}" if reused.session_id else "watch series")
-                + ", "
-                f"{reused.started_at.isoformat(timespec='seconds')}Z, host {reused.host})"
+                + f", {reused.started_at.isoformat(timespec='seconds')}Z, host {reused.host})"
             ],
         ),
     )
@@ -367,6 +376,35 @@ class _Driver:
         self._targets_lock = threading.Lock()
         self.seq = 0
         self.rounds = 0  # batches run (their launches at once when there are several slots)
+        # This session's own launches that a later phase's endpoint and search launches of the
+        # same configuration reuse (a merge's inside search starts at the merge base, often
+        # measured by the search before it), each once, in order; see `reuse_own_before`.
+        self.own: dict[str, list[Reusable]] = {}
+        self.own_taken: dict[str, int] = {}
+
+    def reuse_own_before(self, before_seq: int) -> None:
+        """From now on an endpoint or search launch of a configuration this session measured
+        in its launches before ``before_seq`` takes those values instead of launching, one
+        launch each, in the order they ran. The pool and its use depend only on those
+        launches and the requests, so a resumed session replays into the same state."""
+        pool: dict[str, list[Reusable]] = {}
+        for v in session_launches(self.store, self.session_id):
+            if v.seq >= before_seq or v.value is None or v.purpose == Purpose.EXPLAIN.value:
+                continue
+            _, samples, _ = launch_with_samples(self.store, v.id)
+            pool.setdefault(v.fingerprint, []).append(
+                Reusable(v.id, self.session_id, v.value, samples, v.host or "", v.started_at)
+            )
+        self.own, self.own_taken = pool, {}
+
+    def _own(self, request: LaunchRequest) -> Reusable | None:
+        if request.purpose not in (Purpose.ENDPOINT, Purpose.SEARCH) or not self.own:
+            return None  # verification launches run anew, back to back
+        fingerprint = request.config.fingerprint
+        taken = self.own_taken.get(fingerprint, 0)
+        self.own_taken[fingerprint] = taken + 1
+        earlier = self.own.get(fingerprint, [])
+        return earlier[taken] if taken < len(earlier) else None
 
     def close(self) -> None:
         for target in self.targets:
@@ -444,8 +482,16 @@ class _Driver:
     def _known(self, seq: int, request: LaunchRequest) -> LaunchResult | None:
         """A stored (resumed) or reusable result for this launch, else None."""
         stored = self.stored
+        own = self._own(request)  # counted whether replayed or not: the same on a resume
         if seq < len(stored) and stored[seq].fingerprint == request.config.fingerprint:
             result = _replayed(stored[seq])
+            self.progress.launched(request, result, replayed=True)
+            return result
+        if own is not None:
+            flag = f"{OWN_REUSE} {own.launch_id} (an earlier phase of this session)"
+            result = _record_reused(
+                self.store, self.session_id, seq, request, self.experiment, own, flag
+            )
             self.progress.launched(request, result, replayed=True)
             return result
         reused = _reuse(self.pool, request, self.hosts_seen)

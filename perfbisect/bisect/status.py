@@ -79,6 +79,11 @@ def session_status(store: Store, ref: str | None) -> dict[str, Any]:
         "estimate_left_s": round(left) if left is not None else None,
         "threshold_ms": report.threshold_ms if report else row.params.get("threshold"),
         "culprit": report.culprit.to_json() if report and report.culprit else None,
+        # the culprit is a merge: the commit inside it that crosses, and each branch searched
+        "inside_culprit": report.inside_culprit.to_json()
+        if report and report.inside_culprit
+        else None,
+        "descent": [d.to_json() for d in report.descent] if report else [],
         "provisional": report is not None and report.remaining is not None,
         "remaining": report.remaining if report else why,
         "message": report.message if report else None,

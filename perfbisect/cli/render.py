@@ -17,13 +17,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from perfbisect.bisect.report_model import Fidelity, Interval, Report, Step, counted
+from perfbisect.bisect.report_model import Fidelity, Interval, MergeDescent, Report, Step, counted
 from perfbisect.errors import lead_with_error
 from perfbisect.formatting import (
     SHORT_SHA,
     cfg,
     clock,
     confidence_text,
+    descent_lines,
     interval,
     num,
     short_hashes,
@@ -167,6 +168,8 @@ def render_report(report: Report, out: Console | None = None) -> None:
     for word, meaning in report.legend.items():
         out.print(f"  [{VERDICT_STYLE.get(word, '')}]{word}[/]: {escape(meaning)}")
     _culprit(out, report)
+    for line in descent_lines(report.descent):
+        out.print(f"[bold]merge:[/] {escape(line)}", soft_wrap=True)
     if report.attribution:
         table = _table("axes switched to bad", "verdict", f"effect ({unit})", title="attribution")
         for row in report.attribution:
@@ -375,6 +378,8 @@ def render_status(data: dict[str, Any], resume: str | None = None) -> None:
             f"{escape(cfg(culprit['last_good']))}: {escape(_interval_json(good))}",
             soft_wrap=True,
         )
+    for line in descent_lines([MergeDescent.from_json(d) for d in data.get("descent", [])]):
+        out.print(f"[bold]merge:[/] {escape(line)}", soft_wrap=True)
     if data["remaining"]:
         out.print(f"[yellow]provisional:[/] {escape(data['remaining'])}", soft_wrap=True)
     render_rows(
