@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from perfbisect import interrupts
 from perfbisect.bisect.engine import (
@@ -50,6 +50,7 @@ from perfbisect.targets.base import Target
 # The flag of a launch that took the value of one of its own session's earlier launches (told
 # apart from "reused from launch N (session M ...)": earlier sessions' launches).
 OWN_REUSE = "the value of this session's launch"
+T = TypeVar("T")
 
 
 class Interrupted(PerfbisectError):
@@ -335,6 +336,26 @@ def slot_experiments(experiment: Experiment, slots: int | None = None) -> list[E
     return [experiment] * max(1, count)
 
 
+class EarlierLaunches(Generic[T]):
+    """Launches of a session's earlier phases that stand in for a later phase's endpoint and
+    search launches of the same configuration, each once, in the order they ran (verification
+    launches always run anew, back to back). Which one a request takes depends only on the
+    pool and the requests before it, so a resumed session replays into the same state."""
+
+    def __init__(self, pool: dict[str, list[T]]) -> None:
+        self.pool = pool
+        self.taken: dict[str, int] = {}
+
+    def take(self, request: LaunchRequest) -> T | None:
+        if request.purpose not in (Purpose.ENDPOINT, Purpose.SEARCH) or not self.pool:
+            return None
+        fingerprint = request.config.fingerprint
+        n = self.taken.get(fingerprint, 0)
+        self.taken[fingerprint] = n + 1
+        earlier = self.pool.get(fingerprint, [])
+        return earlier[n] if n < len(earlier) else None
+
+
 class _Searcher(Protocol):
     """What the driver runs: the engine, the multi-axis engine, a full-model confirmation."""
 
@@ -378,15 +399,13 @@ class _Driver:
         self.rounds = 0  # batches run (their launches at once when there are several slots)
         # This session's own launches that a later phase's endpoint and search launches of the
         # same configuration reuse (a merge's inside search starts at the merge base, often
-        # measured by the search before it), each once, in order; see `reuse_own_before`.
-        self.own: dict[str, list[Reusable]] = {}
-        self.own_taken: dict[str, int] = {}
+        # measured by the search before it); see `reuse_own_before`.
+        self.own: EarlierLaunches[Reusable] = EarlierLaunches({})
 
     def reuse_own_before(self, before_seq: int) -> None:
         """From now on an endpoint or search launch of a configuration this session measured
-        in its launches before ``before_seq`` takes those values instead of launching, one
-        launch each, in the order they ran. The pool and its use depend only on those
-        launches and the requests, so a resumed session replays into the same state."""
+        in its launches before ``before_seq`` takes those values instead of launching (see
+        ``EarlierLaunches``); ``-1``: no more."""
         pool: dict[str, list[Reusable]] = {}
         for v in session_launches(self.store, self.session_id):
             if v.seq >= before_seq or v.value is None or v.purpose == Purpose.EXPLAIN.value:
@@ -395,16 +414,7 @@ class _Driver:
             pool.setdefault(v.fingerprint, []).append(
                 Reusable(v.id, self.session_id, v.value, samples, v.host or "", v.started_at)
             )
-        self.own, self.own_taken = pool, {}
-
-    def _own(self, request: LaunchRequest) -> Reusable | None:
-        if request.purpose not in (Purpose.ENDPOINT, Purpose.SEARCH) or not self.own:
-            return None  # verification launches run anew, back to back
-        fingerprint = request.config.fingerprint
-        taken = self.own_taken.get(fingerprint, 0)
-        self.own_taken[fingerprint] = taken + 1
-        earlier = self.own.get(fingerprint, [])
-        return earlier[taken] if taken < len(earlier) else None
+        self.own = EarlierLaunches(pool)
 
     def close(self) -> None:
         for target in self.targets:
@@ -482,7 +492,7 @@ class _Driver:
     def _known(self, seq: int, request: LaunchRequest) -> LaunchResult | None:
         """A stored (resumed) or reusable result for this launch, else None."""
         stored = self.stored
-        own = self._own(request)  # counted whether replayed or not: the same on a resume
+        own = self.own.take(request)  # counted whether replayed or not: the same on a resume
         if seq < len(stored) and stored[seq].fingerprint == request.config.fingerprint:
             result = _replayed(stored[seq])
             self.progress.launched(request, result, replayed=True)

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
-from perfbisect.bisect.driver import _Driver
+from perfbisect.bisect.driver import EarlierLaunches, _Searcher
 from perfbisect.bisect.engine import Engine, LaunchRequest, LaunchResult, Outcome, PointResult
 from perfbisect.bisect.values import Policy, Status
 from perfbisect.config import COMMIT_AXIS, Configuration
@@ -23,6 +24,17 @@ from perfbisect.targets.gitrepo import GitRepo
 
 # Merges inside merges searched, at most (a branch that merged another branch that merged ...).
 MAX_DEPTH = 3
+
+
+class Runner(Protocol):
+    """What runs the searches inside: the session's driver (``driver._Driver``), or a
+    benchmark's simulated machine."""
+
+    seq: int  # launches so far
+    own: EarlierLaunches[Any]
+
+    def run(self, searcher: _Searcher) -> None: ...
+    def reuse_own_before(self, before_seq: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -92,7 +104,7 @@ class Descent:
 
 
 def descend(
-    driver: _Driver,
+    driver: Runner,
     repo: GitRepo,
     outcome: Outcome,
     path_length: int,
@@ -103,11 +115,11 @@ def descend(
     try:
         return _descend(driver, repo, outcome, path_length, policy)
     finally:
-        driver.own, driver.own_taken = {}, {}  # later phases launch anew
+        driver.own = EarlierLaunches({})  # later phases launch anew
 
 
 def _descend(
-    driver: _Driver,
+    driver: Runner,
     repo: GitRepo,
     outcome: Outcome,
     path_length: int,
