@@ -316,6 +316,11 @@ def test_resume_in_the_middle_of_the_descent(cli: Cli, tmp_path: Path) -> None:
     before = _log_rows(tmp_path)
     status = cli.json("bisect", "status", "--json")
     assert status["status"] == "interrupted"
+    # the provisional report shows the search inside as far as it went
+    (d,) = status["descent"]
+    assert (d["outcome"], d["head"], d["culprit"]) == ("under-way", shas["b11"], None)
+    assert "is under way" in d["message"]
+    assert "inside the merge at position 5" in cli.run("bisect", "status").stdout
     report = cli.json("bisect", "resume", "--json")
     assert _commit(report["culprit"]) == shas["merge"]
     assert _commit(report["inside_culprit"]) == shas["b6"]

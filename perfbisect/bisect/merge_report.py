@@ -64,7 +64,11 @@ def _what(repo: GitRepo, d: Descent, inside: Report | None, threshold: float | N
             "own (its conflict resolution)"
         )
     outcome = d.outcome
-    assert outcome is not None and inside is not None
+    if outcome is None or inside is None:
+        return (
+            f"the search inside the merge {merge} ({line} from the merge base {b.base[:12]}) "
+            f"is under way: {counted(d.end_seq - d.first_seq, 'launch')} so far"
+        )
     if d.found and inside.culprit is not None:
         sha = inside.culprit.first_bad.get(COMMIT_AXIS, "")
         return (
@@ -89,6 +93,8 @@ def _what(repo: GitRepo, d: Descent, inside: Report | None, threshold: float | N
 
 def _word(d: Descent) -> str:
     outcome = d.outcome
+    if d.engine is not None and outcome is None:
+        return "under-way"  # a provisional report: the session stopped inside
     if outcome is None:
         return "nothing-to-search"
     if d.found:
