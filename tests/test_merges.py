@@ -14,12 +14,14 @@ from conftest import EXPERIMENT, Cli, _git
 from session_views import same_numbers_in_every_view
 from test_resume import start_background
 
-# The value a commit measures: 30 (slow) when its tree holds the file `slow`, or both `needs`
+# The value a commit measures: 30 (slow) when its tree holds the file `slow` or `slow2`, or both `needs`
 # and `mainline_part` (an interaction), else 10; `delay` seconds per launch when the tree
 # holds a file `delay` (a launch to interrupt).
 MEASURE = r"""
 import os, time
-slow = os.path.exists("slow") or (os.path.exists("needs") and os.path.exists("mainline_part"))
+slow = os.path.exists("slow") or os.path.exists("slow2") or (
+    os.path.exists("needs") and os.path.exists("mainline_part")
+)
 if os.path.exists("delay"):
     time.sleep(float(open("delay").read()))
 value = 30.0 if slow else 10.0
@@ -329,4 +331,29 @@ def test_resume_in_the_middle_of_the_descent(cli: Cli, tmp_path: Path) -> None:
     assert len(after) > len(before)  # the inside search went on where it stopped
     assert [r[0] for r in after] == list(range(len(after)))
     assert len(after) == report["launches"]
+    same_numbers_in_every_view(cli, report["session"], tmp_path)
+
+
+def test_a_branch_cut_from_a_slow_mainline_says_its_base_already_crosses(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # m2 is slow, the branch is cut from it, m3 fixes the main line; b3 brings a regression of
+    # its own, so the merge crosses, and inside it the merge base is slow already: the inside
+    # search cannot tell where the branch's own regression came in, and says why
+    h = History(tmp_path / "repo")
+    h.commit("m1")
+    h.commit("m2", ("slow",))
+    h.branch("feature")
+    for i in range(1, 6):
+        h.commit(f"b{i}", ("slow2",) if i == 3 else ())
+    h.checkout("main")
+    good = h.commit("m3", remove=("slow",))
+    merge = h.merge("feature")
+    bad = h.commit("m4")
+    _experiment(tmp_path)
+    report = cli.bisect(good, bad, "--no-explain")
+    assert _commit(report["culprit"]) == merge
+    (d,) = report["descent"]
+    assert d["outcome"] == "base-crosses" and report["inside_culprit"] is None
+    assert "is already past the threshold" in d["message"]
     same_numbers_in_every_view(cli, report["session"], tmp_path)

@@ -75,6 +75,12 @@ def _what(repo: GitRepo, d: Descent, inside: Report | None, threshold: float | N
             f"inside the merge {merge} ({line} from the merge base {b.base[:12]}): commit "
             f"{_label(repo, sha)} crosses"
         )
+    if outcome.status is Status.NOT_REPRODUCED and _base_crossed(inside, d):
+        return (
+            f"inside the merge {merge} ({line}): the merge base {b.base[:12]} is already past "
+            f"the threshold, though the merge's first parent is not; nothing inside is named "
+            f"({outcome.message})"
+        )
     if outcome.status is Status.NOT_REPRODUCED:
         head = inside.point(d.offset + len(b.commits) - 1)
         shown = (
@@ -89,6 +95,11 @@ def _what(repo: GitRepo, d: Descent, inside: Report | None, threshold: float | N
             f"merge is the answer ({outcome.message})"
         )
     return f"inside the merge {merge} ({line}): {outcome.message}"
+
+
+def _base_crossed(inside: Report, d: Descent) -> bool:
+    base = inside.point(d.offset)
+    return base is not None and base.verdict.value in ("bad", "intermediate")
 
 
 def _word(d: Descent) -> str:
@@ -171,7 +182,14 @@ def with_descent(
                 base=b.base or "",
                 head=b.head,
                 commits=max(0, len(b.commits) - 1),
-                outcome=_word(d),
+                outcome=(
+                    "base-crosses"
+                    if inside is not None
+                    and d.outcome is not None
+                    and d.outcome.status is Status.NOT_REPRODUCED
+                    and _base_crossed(inside, d)
+                    else _word(d)
+                ),
                 message=_what(repo, d, inside, report.threshold_ms),
                 positions=(d.offset, d.offset + len(b.commits) - 1) if d.engine else None,
                 culprit=inside.culprit if inside is not None and d.found else None,

@@ -389,7 +389,8 @@ class MergeDescent:
     base: str  # merge-base(first parent, this parent): the inside search's good end
     head: str  # this parent: the inside search's bad end
     commits: int  # commits the branch brought in (the merge base not counted)
-    # "found", "branch-alone-does-not-cross", "ambiguous", "nothing-to-search"
+    # "found", "branch-alone-does-not-cross", "base-crosses", "ambiguous", "nothing-to-search",
+    # "under-way" (a provisional report)
     outcome: str
     message: str
     positions: tuple[int, int] | None = None  # the report path's positions of base and head
