@@ -107,7 +107,7 @@ class SimRunner:
 
     def reuse_own_before(self, before_seq: int) -> None:
         pool: dict[str, list[float]] = {}
-        for fingerprint, value in self.done[:before_seq]:
+        for fingerprint, value in self.done[: max(0, before_seq)]:  # -1: none
             pool.setdefault(fingerprint, []).append(value)
         self.own = EarlierLaunches(pool)
 

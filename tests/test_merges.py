@@ -164,6 +164,29 @@ def test_the_merge_base_measured_already_is_not_launched_again(cli: Cli, tmp_pat
     same_numbers_in_every_view(cli, report["session"], tmp_path)
 
 
+def test_an_earlier_sessions_launches_of_the_branch_stand_in_inside(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # session 1 searched the branch itself (merge base to head); session 2 finds the merge:
+    # its search inside takes session 1's launches of the same commits, endpoints included
+    _, shas = _feature_history(tmp_path / "repo")
+    _experiment(tmp_path)
+    first = cli.bisect(shas["m2"], shas["b11"], "--no-explain")
+    assert _commit(first["culprit"]) == shas["b6"]
+    report = cli.bisect(shas["m1"], shas["m8"], "--no-explain")
+    assert _commit(report["inside_culprit"]) == shas["b6"]
+    (d,) = report["descent"]
+    with sqlite3.connect(tmp_path / "history.db") as conn:
+        rows = conn.execute(
+            "select position, purpose, flags from launches where session_id = ? order by seq",
+            (report["session"],),
+        ).fetchall()
+    ends = [r for r in rows if r[0] in d["positions"] and r[1] == "endpoint"]
+    assert ends and all("reused from launch" in r[2] for r in ends)
+    assert len(report["reused_launches"]) >= len(ends)
+    same_numbers_in_every_view(cli, report["session"], tmp_path)
+
+
 def test_turned_off_the_merge_is_the_answer_and_the_report_says_so(
     cli: Cli, tmp_path: Path
 ) -> None:

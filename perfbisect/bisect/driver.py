@@ -234,11 +234,17 @@ def _reuse_pool(
 
 
 def _reuse(
-    pool: dict[str, list[Reusable]], request: LaunchRequest, hosts_seen: set[str]
+    pool: dict[str, list[Reusable]],
+    request: LaunchRequest,
+    hosts_seen: set[str],
+    endpoints: bool = False,
 ) -> Reusable | None:
     """An earlier launch that stands in for this one: search launches only, and only from a
-    host this session has itself launched on (its endpoints ran there first)."""
-    if request.purpose is not Purpose.SEARCH:
+    host this session has itself launched on (its endpoints ran there first). ``endpoints``:
+    endpoint launches too (a search inside a merge: the session's own endpoints, launched
+    anew, were its check for drift)."""
+    allowed = (Purpose.SEARCH, Purpose.ENDPOINT) if endpoints else (Purpose.SEARCH,)
+    if request.purpose not in allowed:
         return None
     stored = pool.get(request.config.fingerprint)
     while stored:
@@ -401,11 +407,14 @@ class _Driver:
         # same configuration reuse (a merge's inside search starts at the merge base, often
         # measured by the search before it); see `reuse_own_before`.
         self.own: EarlierLaunches[Reusable] = EarlierLaunches({})
+        self.inside = False  # running a search inside a merge (earlier sessions' endpoints too)
 
     def reuse_own_before(self, before_seq: int) -> None:
         """From now on an endpoint or search launch of a configuration this session measured
         in its launches before ``before_seq`` takes those values instead of launching (see
-        ``EarlierLaunches``); ``-1``: no more."""
+        ``EarlierLaunches``), and earlier sessions' endpoint launches may stand in like their
+        search launches; ``-1``: no more (the phases after launch anew)."""
+        self.inside = before_seq >= 0
         pool: dict[str, list[Reusable]] = {}
         for v in session_launches(self.store, self.session_id):
             if v.seq >= before_seq or v.value is None or v.purpose == Purpose.EXPLAIN.value:
@@ -504,7 +513,7 @@ class _Driver:
             )
             self.progress.launched(request, result, replayed=True)
             return result
-        reused = _reuse(self.pool, request, self.hosts_seen)
+        reused = _reuse(self.pool, request, self.hosts_seen, endpoints=self.inside)
         if reused is not None:
             result = _record_reused(
                 self.store, self.session_id, seq, request, self.experiment, reused

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Protocol
 
-from perfbisect.bisect.driver import EarlierLaunches, _Searcher
+from perfbisect.bisect.driver import _Searcher
 from perfbisect.bisect.engine import Engine, LaunchRequest, LaunchResult, Outcome, PointResult
 from perfbisect.bisect.values import Policy, Status
 from perfbisect.config import COMMIT_AXIS, Configuration
@@ -31,7 +31,6 @@ class Runner(Protocol):
     benchmark's simulated machine."""
 
     seq: int  # launches so far
-    own: EarlierLaunches[Any]
 
     def run(self, searcher: _Searcher) -> None: ...
     def reuse_own_before(self, before_seq: int) -> None: ...
@@ -115,7 +114,7 @@ def descend(
     try:
         return _descend(driver, repo, outcome, path_length, policy)
     finally:
-        driver.own = EarlierLaunches({})  # later phases launch anew
+        driver.reuse_own_before(-1)  # later phases launch anew
 
 
 def _descend(

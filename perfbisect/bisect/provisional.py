@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import tomllib
 
 from perfbisect.bisect.driver import (
-    EarlierLaunches,
     _digest,
     _replayed,
     _Searcher,
@@ -72,7 +70,6 @@ class _StoredOnly:
 
     def __init__(self, stored: dict[int, LaunchView], seq: int) -> None:
         self.stored, self.seq = stored, seq
-        self.own: EarlierLaunches[Any] = EarlierLaunches({})
         self.stopped = False
 
     def run(self, searcher: _Searcher) -> None:
