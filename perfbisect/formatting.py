@@ -4,7 +4,7 @@ and in the HTML report: numbers to meaningful digits, whole configurations, stag
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perfbisect.bisect.report_model import Interval, MergeDescent, Step
@@ -83,7 +83,7 @@ def confidence_text(confidence: float) -> str:
     )
 
 
-def descent_lines(descent: tuple[MergeDescent, ...] | list[MergeDescent]) -> list[str]:
+def descent_lines(descent: Sequence[MergeDescent]) -> list[str]:
     """The search inside a merge, one line per branch, as every view prints it: which positions
     hold the branch's commits, and what was found there (the commit that crosses, its interval
     and the last good before it), or why nothing inside was named."""

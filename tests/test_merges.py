@@ -147,6 +147,9 @@ def test_a_regression_inside_a_merged_branch_names_the_merge_and_the_commit_insi
     assert shas["b6"] in text
     status = cli.json("bisect", "status", "--json")
     assert _commit(status["inside_culprit"]) == shas["b6"]
+    for view in ("status", "log"):  # the text views say it in the same words
+        shown = cli.run("bisect", view, str(report["session"])).stdout
+        assert "merge: inside the merge at position 5 (positions 9-20" in shown, view
 
 
 def test_the_merge_base_measured_already_is_not_launched_again(cli: Cli, tmp_path: Path) -> None:

@@ -257,11 +257,11 @@ def log(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JSON)
     from perfbisect.bisect.status import session_log
     from perfbisect.cli.render import render_log
 
-    session_id, entries = session_log(ctx_store(ctx, create=False), session)
+    session_id, entries, descent = session_log(ctx_store(ctx, create=False), session)
     if as_json:
         emit_json(entries)
         return
-    render_log(session_id, entries)
+    render_log(session_id, entries, descent)
 
 
 @app.command()

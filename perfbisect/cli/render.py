@@ -410,9 +410,12 @@ def _interval_json(ms: dict[str, Any] | None) -> str:
     return interval(Interval(ms["median"], ms["ci"][0], ms["ci"][1], ms["launches"]))
 
 
-def render_log(session: int, entries: Sequence[dict[str, Any]]) -> None:
+def render_log(
+    session: int, entries: Sequence[dict[str, Any]], descent: Sequence[MergeDescent] = ()
+) -> None:
     """`bisect log`: every launch with its value or failure, its configuration's verdict,
-    whether it counts in that configuration's numbers, and its log."""
+    whether it counts in that configuration's numbers, and its log; below, the searches inside
+    a merge the launches include (the report's lines)."""
     render_rows(
         f"session {session} launches",
         ["#", "id", "purpose", "config", "value", "counted", "verdict", "log"],
@@ -436,3 +439,5 @@ def render_log(session: int, entries: Sequence[dict[str, Any]]) -> None:
             for e in entries
         ],
     )
+    for line in descent_lines(descent):
+        console().print(f"[bold]merge:[/] {escape(line)}", soft_wrap=True)
