@@ -489,6 +489,10 @@ def with_fidelity(report: Report, phases: _Phases, launches: list[LaunchView]) -
     assert phases.proxy is not None
     assert phases.proxy_engine is not None
     proxy_prints = {c.fingerprint for c in phases.proxy_engine.path}
+    # the searches inside a merge ran on the same kind of launches as the search before them
+    proxy_prints |= {
+        c.fingerprint for d in phases.descents if d.engine for c in d.engine.path if c.is_proxy
+    }
     proxy_n = sum(1 for v in launches if v.fingerprint in proxy_prints)
     confirmed: list[FullModelCheck] = []
     if phases.confirmation is not None:
