@@ -39,9 +39,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfbisect.bisect.driver import EarlierLaunches
+from perfbisect.bisect.driver import EarlierLaunches, _Searcher
 from perfbisect.bisect.engine import Engine, LaunchResult, Policy, Status
-from perfbisect.bisect.merges import _Searcher, descend
+from perfbisect.bisect.merges import descend
 from perfbisect.config import COMMIT_AXIS, Configuration
 from perfbisect.targets.gitrepo import GitRepo
 
