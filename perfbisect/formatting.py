@@ -4,10 +4,10 @@ and in the HTML report: numbers to meaningful digits, whole configurations, stag
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from perfbisect.bisect.report_model import Interval, Step
+from perfbisect.bisect.report_model import Interval, MergeDescent, Step
 from perfbisect.targets.sglang.startup import phases_text
 
 
@@ -86,3 +86,29 @@ def confidence_text(confidence: float) -> str:
         f"{bound}{digits} that this is the first configuration past the threshold (every "
         "launch weighed in the order it ran, bursts of slow launches allowed for)"
     )
+
+
+def descent_lines(descent: Sequence[MergeDescent]) -> list[str]:
+    """The search inside a merge, one line per branch, as every view prints it: which positions
+    hold the branch's commits, and what was found there (the commit that crosses, its interval
+    and the last good before it), or why nothing inside was named."""
+    lines = []
+    for d in descent:
+        where = (
+            f" (positions {d.positions[0]}-{d.positions[1]}: the merge base "
+            f"{d.base[:12]} and the branch's {d.commits} commits to {d.head[:12]})"
+            if d.positions
+            else ""
+        )
+        head = f"inside the merge at position {d.merge_position}{where}: "
+        c = d.culprit
+        if c is None:
+            lines.append(head + d.message)
+            continue
+        subject = f" {c.commit.subject}" if c.commit else ""
+        lines.append(
+            head + f"first bad {cfg(c.first_bad)}{subject} {interval(c.first_bad_ms)} "
+            f"(position {c.position}); last good {cfg(c.last_good)} {interval(c.last_good_ms)}; "
+            f"verified: {verification_text(c)}"
+        )
+    return lines

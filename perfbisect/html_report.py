@@ -17,6 +17,7 @@ from perfbisect.bisect.report_model import Report, Step, counted
 from perfbisect.formatting import (
     cfg,
     confidence_text,
+    descent_lines,
     interval,
     num,
     short_hashes,
@@ -273,6 +274,7 @@ def session_html(store: Store, ref: str | None) -> str:
         f"{report.launches} launches ({report.failed_launches} failed); started "
         f"{esc(row.created_at.isoformat(timespec='seconds'))}Z on {esc(row.owner_host)}</p>",
         _culprit_html(report),
+        *(f"<p><b>merge:</b> {esc(line)}</p>" for line in descent_lines(report.descent)),
         "<h2>Launches on the path</h2>",
         chart(report, launches, snapshots),
     ]

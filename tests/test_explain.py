@@ -139,7 +139,7 @@ def test_an_extra_matmul_in_verify_is_the_top_finding(cli: Cli, tmp_path: Path) 
     report = cli.bisect(repo.shas[0], repo.shas[1], timeout=900)
     assert report["status"] == "found", report["message"]
     why = report["why"]
-    assert why is not None and report["report_version"] == 4
+    assert why is not None and report["report_version"] == 5
     top = why["findings"][0]
     assert top["kind"] == "operator" and "aten::mm" in top["title"], why["findings"]
     assert top["share"] > 0.3, top  # the planted products dominate the verify delta

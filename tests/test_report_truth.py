@@ -62,7 +62,7 @@ def start_in_background(cli: Cli, good: str, bad: str) -> subprocess.Popen[str]:
 def check_views(cli: Cli, session: int, code: int = 0) -> dict[str, Any]:
     """report --json, report, status --json, status, log --json agree, for any session."""
     report = cli.json("bisect", "report", str(session), "--json", codes=(code,))
-    assert report["report_version"] == 4
+    assert report["report_version"] == 5
     # the same numbers per configuration in every view (text, JSON, HTML, status, log)
     same_numbers_in_every_view(cli, session, cli.cwd, code)
     culprit = report["culprit"]

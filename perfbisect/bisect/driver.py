@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from perfbisect import interrupts
 from perfbisect.bisect.engine import (
@@ -38,6 +38,7 @@ from perfbisect.store.database import Store
 from perfbisect.store.history import (
     LaunchView,
     Reusable,
+    launch_with_samples,
     reusable_launches,
     session_launches,
     session_steps,
@@ -45,6 +46,11 @@ from perfbisect.store.history import (
 from perfbisect.store.models import utcnow
 from perfbisect.store.watch import watch_reusable
 from perfbisect.targets.base import Target
+
+# The flag of a launch that took the value of one of its own session's earlier launches (told
+# apart from "reused from launch N (session M ...)": earlier sessions' launches).
+OWN_REUSE = "the value of this session's launch"
+T = TypeVar("T")
 
 
 class Interrupted(PerfbisectError):
@@ -91,6 +97,9 @@ class SearchOptions:
     # is also the drift check); 0 = never (--fresh).
     reuse_days: float = 7.0
     slots: int | None = None  # launches at once (--slots); None: the [executor]'s
+    # A crossing at a merge commit is searched inside the branch it merged (merges.py);
+    # False: --no-descend-merges.
+    descend_merges: bool = True
 
     def policy(self, experiment: Experiment) -> Policy:
         return Policy(
@@ -225,11 +234,17 @@ def _reuse_pool(
 
 
 def _reuse(
-    pool: dict[str, list[Reusable]], request: LaunchRequest, hosts_seen: set[str]
+    pool: dict[str, list[Reusable]],
+    request: LaunchRequest,
+    hosts_seen: set[str],
+    endpoints: bool = False,
 ) -> Reusable | None:
     """An earlier launch that stands in for this one: search launches only, and only from a
-    host this session has itself launched on (its endpoints ran there first)."""
-    if request.purpose is not Purpose.SEARCH:
+    host this session has itself launched on (its endpoints ran there first). ``endpoints``:
+    endpoint launches too (a search inside a merge: the session's own endpoints, launched
+    anew, were its check for drift)."""
+    allowed = (Purpose.SEARCH, Purpose.ENDPOINT) if endpoints else (Purpose.SEARCH,)
+    if request.purpose not in allowed:
         return None
     stored = pool.get(request.config.fingerprint)
     while stored:
@@ -246,6 +261,7 @@ def _record_reused(
     request: LaunchRequest,
     experiment: Experiment,
     reused: Reusable,
+    flag: str | None = None,
 ) -> LaunchResult:
     records.record_launch(
         store,
@@ -254,10 +270,10 @@ def _record_reused(
             samples=reused.samples,
             value=reused.value,
             flags=[
-                f"reused from launch {reused.launch_id} ("
+                flag
+                or f"reused from launch {reused.launch_id} ("
                 + (f"session {reused.session_id}" if reused.session_id else "watch series")
-                + ", "
-                f"{reused.started_at.isoformat(timespec='seconds')}Z, host {reused.host})"
+                + f", {reused.started_at.isoformat(timespec='seconds')}Z, host {reused.host})"
             ],
         ),
     )
@@ -326,6 +342,26 @@ def slot_experiments(experiment: Experiment, slots: int | None = None) -> list[E
     return [experiment] * max(1, count)
 
 
+class EarlierLaunches(Generic[T]):
+    """Launches of a session's earlier phases that stand in for a later phase's endpoint and
+    search launches of the same configuration, each once, in the order they ran (verification
+    launches always run anew, back to back). Which one a request takes depends only on the
+    pool and the requests before it, so a resumed session replays into the same state."""
+
+    def __init__(self, pool: dict[str, list[T]]) -> None:
+        self.pool = pool
+        self.taken: dict[str, int] = {}
+
+    def take(self, request: LaunchRequest) -> T | None:
+        if request.purpose not in (Purpose.ENDPOINT, Purpose.SEARCH) or not self.pool:
+            return None
+        fingerprint = request.config.fingerprint
+        n = self.taken.get(fingerprint, 0)
+        self.taken[fingerprint] = n + 1
+        earlier = self.pool.get(fingerprint, [])
+        return earlier[n] if n < len(earlier) else None
+
+
 class _Searcher(Protocol):
     """What the driver runs: the engine, the multi-axis engine, a full-model confirmation."""
 
@@ -367,6 +403,27 @@ class _Driver:
         self._targets_lock = threading.Lock()
         self.seq = 0
         self.rounds = 0  # batches run (their launches at once when there are several slots)
+        # This session's own launches that a later phase's endpoint and search launches of the
+        # same configuration reuse (a merge's inside search starts at the merge base, often
+        # measured by the search before it); see `reuse_own_before`.
+        self.own: EarlierLaunches[Reusable] = EarlierLaunches({})
+        self.inside = False  # running a search inside a merge (earlier sessions' endpoints too)
+
+    def reuse_own_before(self, before_seq: int) -> None:
+        """From now on an endpoint or search launch of a configuration this session measured
+        in its launches before ``before_seq`` takes those values instead of launching (see
+        ``EarlierLaunches``), and earlier sessions' endpoint launches may stand in like their
+        search launches; ``-1``: no more (the phases after launch anew)."""
+        self.inside = before_seq >= 0
+        pool: dict[str, list[Reusable]] = {}
+        for v in session_launches(self.store, self.session_id):
+            if v.seq >= before_seq or v.value is None or v.purpose == Purpose.EXPLAIN.value:
+                continue
+            _, samples, _ = launch_with_samples(self.store, v.id)
+            pool.setdefault(v.fingerprint, []).append(
+                Reusable(v.id, self.session_id, v.value, samples, v.host or "", v.started_at)
+            )
+        self.own = EarlierLaunches(pool)
 
     def close(self) -> None:
         for target in self.targets:
@@ -444,11 +501,19 @@ class _Driver:
     def _known(self, seq: int, request: LaunchRequest) -> LaunchResult | None:
         """A stored (resumed) or reusable result for this launch, else None."""
         stored = self.stored
+        own = self.own.take(request)  # counted whether replayed or not: the same on a resume
         if seq < len(stored) and stored[seq].fingerprint == request.config.fingerprint:
             result = _replayed(stored[seq])
             self.progress.launched(request, result, replayed=True)
             return result
-        reused = _reuse(self.pool, request, self.hosts_seen)
+        if own is not None:
+            flag = f"{OWN_REUSE} {own.launch_id} (an earlier phase of this session)"
+            result = _record_reused(
+                self.store, self.session_id, seq, request, self.experiment, own, flag
+            )
+            self.progress.launched(request, result, replayed=True)
+            return result
+        reused = _reuse(self.pool, request, self.hosts_seen, endpoints=self.inside)
         if reused is not None:
             result = _record_reused(
                 self.store, self.session_id, seq, request, self.experiment, reused

@@ -10,8 +10,15 @@ from pathlib import Path
 
 import tomllib
 
-from perfbisect.bisect.driver import _digest, _replayed, session_log_root
+from perfbisect.bisect.driver import (
+    _digest,
+    _replayed,
+    _Searcher,
+    session_log_root,
+)
 from perfbisect.bisect.engine import Culprit, Engine, Outcome, Status
+from perfbisect.bisect.merge_report import with_descent
+from perfbisect.bisect.merges import Descent, descend
 from perfbisect.bisect.multiaxis import MultiAxisEngine
 from perfbisect.bisect.report import build_report
 from perfbisect.bisect.report_model import Report, ReportStatus, counted
@@ -21,8 +28,9 @@ from perfbisect.config import Configuration
 from perfbisect.errors import ExperimentError
 from perfbisect.experiment import Experiment, load_experiment, parse_experiment
 from perfbisect.store.database import Store
-from perfbisect.store.history import session_launches
+from perfbisect.store.history import LaunchView, session_launches
 from perfbisect.store.models import SessionRow
+from perfbisect.targets.gitrepo import GitRepo
 from perfbisect.targets.sglang.proxy import ProxySpec
 
 
@@ -53,6 +61,54 @@ def _replay(store: Store, row: SessionRow, engine: Engine) -> int:
         engine.feed([_replayed(v) for v in views if v is not None])
         seq += len(batch)
     return seq
+
+
+class _StoredOnly:
+    """Runs the searches inside a merge on the session's stored launches alone (nothing is
+    launched): each goes as far as they go, and the first one they do not finish stops the
+    rest (``merges.Runner``)."""
+
+    def __init__(self, stored: dict[int, LaunchView], seq: int) -> None:
+        self.stored, self.seq = stored, seq
+        self.stopped = False
+
+    def run(self, searcher: _Searcher) -> None:
+        while not self.stopped and (batch := searcher.next_batch()):
+            views = [self.stored.get(self.seq + i) for i in range(len(batch))]
+            if any(
+                v is None or v.fingerprint != r.config.fingerprint
+                for v, r in zip(views, batch, strict=True)
+            ):
+                self.stopped = True
+                return
+            searcher.feed([_replayed(v) for v in views if v is not None])
+            searcher.take_verdicts()
+            self.seq += len(batch)
+
+    def reuse_own_before(self, before_seq: int) -> None:
+        """The stored launches already hold the values reused (each has its own record)."""
+
+
+def _stored_descent(
+    store: Store, row: SessionRow, experiment: Experiment, engine: Engine, fed: int
+) -> list[Descent]:
+    """The searches inside the merge the finished search named, as far as the stored
+    launches go (a session interrupted inside a merge)."""
+    options = stored_options(row.params)
+    outcome = engine.outcome
+    if (
+        not options.descend_merges
+        or row.params.get("plans")
+        or experiment.target.repo is None
+        or outcome is None
+    ):
+        return []
+    stored = {v.seq: v for v in session_launches(store, row.id)}
+    runner = _StoredOnly(stored, fed)
+    repo = GitRepo(experiment.target.repo)
+    descents = descend(runner, repo, outcome, len(engine.path), options.policy(experiment))
+    unfinished = next((i for i, d in enumerate(descents) if d.engine and not d.outcome), None)
+    return descents if unfinished is None else descents[: unfinished + 1]
 
 
 def _bracket(engine: Engine) -> tuple[int, int] | None:
@@ -93,7 +149,8 @@ def provisional_report(store: Store, row: SessionRow) -> Report:
     configs = [Configuration.of(c, context) for c in row.path]
     options = stored_options(row.params)
     threshold = options.threshold
-    if experiment.target.kind == "sglang" and ProxySpec.of(experiment.target.options):
+    proxied = experiment.target.kind == "sglang" and bool(ProxySpec.of(experiment.target.options))
+    if proxied:
         # The search runs on proxy launches first (session._run_phases): they are replayed.
         configs, threshold = [c.as_proxy() for c in configs], None
     engine = _engine(configs, row.params.get("plans"), options.policy(experiment), threshold)
@@ -106,6 +163,9 @@ def provisional_report(store: Store, row: SessionRow) -> Report:
         if row.status == "reset"
         else f"`{resume_command(store, row.id)}` continues it (these launches are not made again)"
     )
+    descents: list[Descent] = []
+    if engine.outcome is not None and not proxied:  # the proxy's later phases come first
+        descents = _stored_descent(store, row, experiment, engine, fed)
     if engine.outcome is not None:
         outcome = engine.outcome
         remaining = (
@@ -157,5 +217,8 @@ def provisional_report(store: Store, row: SessionRow) -> Report:
             + resume
         )
     log_root = session_log_root(row.id, row.params.get("log_key"))
-    report = build_report(store, row.id, experiment, engine, outcome, str(log_root))
+    inside = next((d.first_seq for d in descents if d.engine is not None), None)
+    searched = (0, inside) if inside is not None else None
+    report = build_report(store, row.id, experiment, engine, outcome, str(log_root), searched)
+    report = with_descent(store, row.id, experiment, report, descents, str(log_root))
     return replace(report, status=ReportStatus.PROVISIONAL, remaining=remaining)

@@ -293,9 +293,14 @@ def build_report(
     engine: Engine,
     outcome: Outcome,
     log_dir: str | None = None,
+    seqs: tuple[int, int] | None = None,
 ) -> Report:
+    """``seqs``: the session's launches [first, end) this engine ran (a session that searched
+    inside a merge ran several engines; each one's report reads its own launches)."""
     threshold = outcome.threshold
-    views = session_launches(store, session_id)
+    views = [
+        v for v in session_launches(store, session_id) if seqs is None or seqs[0] <= v.seq < seqs[1]
+    ]
     evidence = evidence_of(engine, engine_views(views, engine))
     chosen = outcome.culprit
     steps = tuple(_step(experiment, engine, threshold, c, evidence, views) for c in outcome.steps)

@@ -22,8 +22,10 @@ from perfbisect.bisect.stats import Difference, Verdict
 from perfbisect.targets.gitrepo import CommitInfo
 
 # 3: launches kept and set aside per point, verification, legend, remaining (provisional);
-# 4: `why`, the explanation of the culprit (bisect explain)
-REPORT_VERSION = 4
+# 4: `why`, the explanation of the culprit (bisect explain);
+# 5: `descent` and `inside_culprit` (the search inside a merge the culprit is); `path` then also
+# holds the branch's commits, at positions numbered on after the session's path (>= path_length)
+REPORT_VERSION = 5
 
 # What each verdict word means, for the legend every view prints with the verdicts it shows.
 VERDICT_MEANINGS = {
@@ -375,6 +377,66 @@ class Fidelity:
 
 
 @dataclass(frozen=True)
+class MergeDescent:
+    """One branch of a merge the crossing lies at, searched inside (or why not): the branch's
+    commits from the merge base to the merge's parent, in that branch's first-parent order,
+    at ``positions`` of the report's path."""
+
+    depth: int  # 1: the session's culprit is the merge; 2: a merge inside that branch; ...
+    merge: dict[str, str]  # the merge's configuration
+    merge_position: int
+    parent: int  # which parent's line was searched: 2, or 3 and on in an octopus merge
+    base: str  # merge-base(first parent, this parent): the inside search's good end
+    head: str  # this parent: the inside search's bad end
+    commits: int  # commits the branch brought in (the merge base not counted)
+    # "found", "branch-alone-does-not-cross", "base-crosses", "ambiguous", "nothing-to-search",
+    # "under-way" (a provisional report)
+    outcome: str
+    message: str
+    positions: tuple[int, int] | None = None  # the report path's positions of base and head
+    culprit: Step | None = None
+    merge_commit: CommitInfo | None = None
+    launches: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "depth": self.depth,
+            "merge": self.merge,
+            "merge_position": self.merge_position,
+            "merge_commit": asdict(self.merge_commit) if self.merge_commit else None,
+            "parent": self.parent,
+            "base": self.base,
+            "head": self.head,
+            "commits": self.commits,
+            "outcome": self.outcome,
+            "message": self.message,
+            "positions": list(self.positions) if self.positions else None,
+            "culprit": self.culprit.to_json() if self.culprit else None,
+            "launches": self.launches,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MergeDescent:
+        positions = data.get("positions")
+        culprit, commit = data.get("culprit"), data.get("merge_commit")
+        return cls(
+            depth=int(data["depth"]),
+            merge=dict(data["merge"]),
+            merge_position=int(data["merge_position"]),
+            parent=int(data["parent"]),
+            base=str(data["base"]),
+            head=str(data["head"]),
+            commits=int(data["commits"]),
+            outcome=str(data["outcome"]),
+            message=str(data.get("message", "")),
+            positions=(int(positions[0]), int(positions[1])) if positions else None,
+            culprit=Step.from_json(culprit) if culprit else None,
+            merge_commit=CommitInfo(**commit) if commit else None,
+            launches=int(data.get("launches", 0)),
+        )
+
+
+@dataclass(frozen=True)
 class Report:
     session: int
     status: ReportStatus
@@ -414,12 +476,22 @@ class Report:
     # SGLang launches: the median time to ready and its phases, for the first launch of each
     # pin set and the later ones (targets/sglang/startup.py session_startup); None otherwise.
     startup: dict[str, Any] | None = None
+    # The culprit is a merge: the branches searched inside it, outermost first (version 5).
+    descent: tuple[MergeDescent, ...] = ()
     report_version: int = REPORT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)  # fields of a newer version, kept
 
     @property
     def exit_code(self) -> int:
         return self.status.exit_code
+
+    @property
+    def inside_culprit(self) -> Step | None:
+        """The commit inside the merge(s) that crosses, as `git bisect` would name it: the
+        innermost branch's culprit (None when the culprit is no merge, or no commit inside
+        it crosses alone)."""
+        found = [d.culprit for d in self.descent if d.culprit is not None]
+        return found[-1] if found else None
 
     def point(self, position: int) -> PathPoint | None:
         return next((p for p in self.path if p.position == position), None)
@@ -472,6 +544,8 @@ class Report:
             "legend": self.legend,
             "why": self.why,
             "startup": self.startup,
+            "descent": [d.to_json() for d in self.descent],
+            "inside_culprit": self.inside_culprit.to_json() if self.inside_culprit else None,
             **self.extra,
         }
 
@@ -481,6 +555,7 @@ class Report:
             "culprits",
             "seen_not_searched",
             "legend",
+            "inside_culprit",
         }
         culprit = data.get("culprit")
         return cls(
@@ -521,6 +596,7 @@ class Report:
             remaining=data.get("remaining"),
             why=data.get("why"),
             startup=data.get("startup"),
+            descent=tuple(MergeDescent.from_json(d) for d in data.get("descent", [])),
             report_version=int(data.get("report_version", 1)),
             extra={k: v for k, v in data.items() if k not in known},
         )

@@ -12,7 +12,7 @@ import re
 import socket
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ from perfbisect.bisect.engine import (
     Purpose,
     Status,
 )
+from perfbisect.bisect.merge_report import undescended_warning, with_descent
+from perfbisect.bisect.merges import Descent, descend
 from perfbisect.bisect.multiaxis import MultiAxisEngine
 from perfbisect.bisect.report import build_report
 from perfbisect.bisect.report_model import Fidelity, FullModelCheck, Report, counted
@@ -151,6 +153,7 @@ def start(
         "all_steps": options.all_steps,
         "reuse_days": options.reuse_days,
         "slots": options.slots,
+        "descend_merges": options.descend_merges,
         "plans": [p.as_json() for p in endpoints.plans] if endpoints.multi_axis else None,
         # Log directories are keyed by this, not by the per-database session number: two
         # databases (the demo's and the default) both have a session 1.
@@ -255,6 +258,8 @@ def stored_options(params: dict[str, Any]) -> SearchOptions:
         bool(params.get("all_steps", True)),
         float(params.get("reuse_days", 0.0)),
         params.get("slots"),
+        # sessions from before the search inside merges stopped at the merge
+        bool(params.get("descend_merges", False)),
     )
 
 
@@ -282,6 +287,26 @@ class _Phases:
     proxy_engine: Engine | None = None
     fallback: str | None = None
     confirmation: Confirmation | None = None
+    descents: list[Descent] = field(default_factory=list)  # searched inside a merge
+
+
+def _descend(
+    driver: _Driver,
+    phases: _Phases,
+    plans: list[dict[str, Any]] | None,
+    options: SearchOptions,
+    experiment: Experiment,
+) -> _Phases:
+    """The crossing is a merge commit: search the commits it brought in (merges.py)."""
+    outcome = phases.engine.outcome
+    if not options.descend_merges or plans or experiment.target.repo is None or outcome is None:
+        return phases
+    from perfbisect.targets.gitrepo import GitRepo
+
+    repo = GitRepo(experiment.target.repo)
+    policy = options.policy(experiment)
+    phases.descents = descend(driver, repo, outcome, len(phases.engine.path), policy)
+    return phases
 
 
 def _run_phases(
@@ -296,7 +321,7 @@ def _run_phases(
     if proxy is None:
         engine = _engine(path, plans, policy, options.threshold)
         driver.run(engine)
-        return _Phases(engine)
+        return _descend(driver, _Phases(engine), plans, options, experiment)
     # The search runs on proxy launches. A given threshold is in the full model's units, so
     # the proxy's threshold is derived from its own endpoints; the given one is checked when
     # the full model confirms the culprit.
@@ -311,7 +336,8 @@ def _run_phases(
         )
         engine = _engine(path, plans, policy, options.threshold)
         driver.run(engine)
-        return _Phases(engine, proxy, proxy_engine, fallback)
+        phases = _Phases(engine, proxy, proxy_engine, fallback)
+        return _descend(driver, phases, plans, options, experiment)
     phases = _Phases(proxy_engine, proxy, proxy_engine)
     if outcome.status is Status.FOUND and proxy.confirm == "full":
         pairs = [
@@ -325,7 +351,7 @@ def _run_phases(
         ]
         phases.confirmation = Confirmation(pairs, policy, options.threshold)
         driver.run(phases.confirmation)
-    return phases
+    return _descend(driver, phases, plans, options, experiment)
 
 
 def _drive(
@@ -371,7 +397,15 @@ def _drive(
     engine = phases.engine
     outcome = engine.outcome
     assert outcome is not None
-    report = build_report(store, session_id, experiment, engine, outcome, str(log_root))
+    descents = phases.descents
+    inside = next((d.first_seq for d in descents if d.engine is not None), None)
+    searched = (0, inside) if inside is not None else None
+    report = build_report(
+        store, session_id, experiment, engine, outcome, str(log_root), seqs=searched
+    )
+    report = with_descent(store, session_id, experiment, report, descents, str(log_root))
+    if not options.descend_merges and (note := undescended_warning(experiment, report)):
+        report = replace(report, warnings=(*report.warnings, note))
     launches = session_launches(store, session_id)
     reused_ids = [v.id for v in launches if any(str(f).startswith("reused from") for f in v.flags)]
     warnings = list(report.warnings)
@@ -455,6 +489,10 @@ def with_fidelity(report: Report, phases: _Phases, launches: list[LaunchView]) -
     assert phases.proxy is not None
     assert phases.proxy_engine is not None
     proxy_prints = {c.fingerprint for c in phases.proxy_engine.path}
+    # the searches inside a merge ran on the same kind of launches as the search before them
+    proxy_prints |= {
+        c.fingerprint for d in phases.descents if d.engine for c in d.engine.path if c.is_proxy
+    }
     proxy_n = sum(1 for v in launches if v.fingerprint in proxy_prints)
     confirmed: list[FullModelCheck] = []
     if phases.confirmation is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from perfbisect.bisect.driver import stage_seconds
-from perfbisect.bisect.report_model import Report
+from perfbisect.bisect.report_model import MergeDescent, Report
 from perfbisect.bisect.session import expected_steps
 from perfbisect.bisect.values import Purpose
 from perfbisect.errors import PerfbisectError
@@ -79,6 +79,11 @@ def session_status(store: Store, ref: str | None) -> dict[str, Any]:
         "estimate_left_s": round(left) if left is not None else None,
         "threshold_ms": report.threshold_ms if report else row.params.get("threshold"),
         "culprit": report.culprit.to_json() if report and report.culprit else None,
+        # the culprit is a merge: the commit inside it that crosses, and each branch searched
+        "inside_culprit": report.inside_culprit.to_json()
+        if report and report.inside_culprit
+        else None,
+        "descent": [d.to_json() for d in report.descent] if report else [],
         "provisional": report is not None and report.remaining is not None,
         "remaining": report.remaining if report else why,
         "message": report.message if report else None,
@@ -101,9 +106,12 @@ def session_status(store: Store, ref: str | None) -> dict[str, Any]:
     }
 
 
-def session_log(store: Store, ref: str | None) -> tuple[int, list[dict[str, Any]]]:
+def session_log(
+    store: Store, ref: str | None
+) -> tuple[int, list[dict[str, Any]], tuple[MergeDescent, ...]]:
     """Every launch of a session, in order, each with its configuration's verdict and whether
-    it counts in that configuration's numbers (kept) or was set aside, and why."""
+    it counts in that configuration's numbers (kept) or was set aside, and why; and the
+    searches inside a merge, whose launches are among them (the report's ``descent``)."""
     row = find_session(store, ref)
     launches = session_launches(store, row.id)
     report, _ = _report_or_why(store, row)
@@ -120,7 +128,7 @@ def session_log(store: Store, ref: str | None) -> tuple[int, list[dict[str, Any]
         out.append(
             {**v.as_json(), "seq": v.seq, "verdict": verdict, "kept": kept, "set_aside": why}
         )
-    return row.id, out
+    return row.id, out, report.descent if report else ()
 
 
 def _key(config: dict[str, Any]) -> str:

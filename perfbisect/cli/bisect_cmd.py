@@ -109,6 +109,12 @@ def start(
         help="Map every level change (each step searched and verified), not only the "
         "configuration that crosses the threshold.",
     ),
+    no_descend_merges: bool = typer.Option(
+        False,
+        "--no-descend-merges",
+        help="When the crossing is a merge commit, stop there instead of searching the commits "
+        "its branch brought in (merge base to the merge's second parent).",
+    ),
     fresh: bool = typer.Option(
         False,
         "--fresh",
@@ -199,6 +205,7 @@ def start(
                 all_steps,
                 0.0 if fresh else 7.0,
                 slots,
+                descend_merges=not no_descend_merges,
             ),
             name=name,
             progress=progress,
@@ -250,11 +257,11 @@ def log(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JSON)
     from perfbisect.bisect.status import session_log
     from perfbisect.cli.render import render_log
 
-    session_id, entries = session_log(ctx_store(ctx, create=False), session)
+    session_id, entries, descent = session_log(ctx_store(ctx, create=False), session)
     if as_json:
         emit_json(entries)
         return
-    render_log(session_id, entries)
+    render_log(session_id, entries, descent)
 
 
 @app.command()

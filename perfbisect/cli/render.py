@@ -17,13 +17,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from perfbisect.bisect.report_model import Fidelity, Interval, Report, Step, counted
+from perfbisect.bisect.report_model import Fidelity, Interval, MergeDescent, Report, Step, counted
 from perfbisect.errors import lead_with_error
 from perfbisect.formatting import (
     SHORT_SHA,
     cfg,
     clock,
     confidence_text,
+    descent_lines,
     interval,
     num,
     short_hashes,
@@ -168,6 +169,8 @@ def render_report(report: Report, out: Console | None = None) -> None:
     for word, meaning in report.legend.items():
         out.print(f"  [{VERDICT_STYLE.get(word, '')}]{word}[/]: {escape(meaning)}")
     _culprit(out, report)
+    for line in descent_lines(report.descent):
+        out.print(f"[bold]merge:[/] {escape(line)}", soft_wrap=True)
     if report.attribution:
         table = _table("axes switched to bad", "verdict", f"effect ({unit})", title="attribution")
         for row in report.attribution:
@@ -378,6 +381,8 @@ def render_status(data: dict[str, Any], resume: str | None = None) -> None:
             f"{escape(cfg(culprit['last_good']))}: {escape(_interval_json(good))}",
             soft_wrap=True,
         )
+    for line in descent_lines([MergeDescent.from_json(d) for d in data.get("descent", [])]):
+        out.print(f"[bold]merge:[/] {escape(line)}", soft_wrap=True)
     if data["remaining"]:
         out.print(f"[yellow]provisional:[/] {escape(data['remaining'])}", soft_wrap=True)
     render_rows(
@@ -408,9 +413,12 @@ def _interval_json(ms: dict[str, Any] | None) -> str:
     return interval(Interval(ms["median"], ms["ci"][0], ms["ci"][1], ms["launches"]))
 
 
-def render_log(session: int, entries: Sequence[dict[str, Any]]) -> None:
+def render_log(
+    session: int, entries: Sequence[dict[str, Any]], descent: Sequence[MergeDescent] = ()
+) -> None:
     """`bisect log`: every launch with its value or failure, its configuration's verdict,
-    whether it counts in that configuration's numbers, and its log."""
+    whether it counts in that configuration's numbers, and its log; below, the searches inside
+    a merge the launches include (the report's lines)."""
     render_rows(
         f"session {session} launches",
         ["#", "id", "purpose", "config", "value", "counted", "verdict", "ready (s)", "log"],
@@ -435,3 +443,5 @@ def render_log(session: int, entries: Sequence[dict[str, Any]]) -> None:
             for e in entries
         ],
     )
+    for line in descent_lines(descent):
+        console().print(f"[bold]merge:[/] {escape(line)}", soft_wrap=True)

@@ -52,6 +52,10 @@ class GitRepo:
         except self._errors:
             return None
 
+    def parents(self, sha: str) -> list[str]:
+        """A commit's parents, first parent first (two or more: a merge)."""
+        return [str(p.hexsha) for p in self.repo.commit(sha).parents]
+
     def first_parent_path(self, good: str, bad: str) -> list[str]:
         """[good, ..., bad]: bad's first-parent chain back to (excluding) what good contains."""
         if good == bad:
