@@ -140,6 +140,8 @@ def test_a_failing_server_is_a_clear_skip_not_a_hang(
     report = json.loads(result.stdout)
     assert message in report["message"], report["message"]
     assert "stand-in refuses" in report["message"] or fault != "http_error"
+    if fault == "never_ready":  # where it got: its HTTP server up, never ready
+        assert "start-up reached: server done (the HTTP server starts)" in report["message"]
 
 
 def test_a_model_path_missing_on_the_host(cli: Cli, tmp_path: Path, served_python: str) -> None:

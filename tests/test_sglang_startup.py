@@ -21,7 +21,9 @@ from perfbisect.targets.sglang.launch_args import declared_flags, graph_sizes
 from perfbisect.targets.sglang.startup import (
     START_COMMAND,
     StartupSummary,
+    import_note,
     phases_text,
+    reached,
     ready_brief,
     session_startup,
     startup_phases,
@@ -273,3 +275,34 @@ def test_a_cache_variable_the_user_set_is_never_overridden(
     assert mine == str(tmp_path / "mine")
     assert inductor == f"{cache.path}/inductor"
     assert re.match(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\] perfbisect: serve", done.stderr)
+
+
+def test_an_import_profile_in_the_log_is_summed_by_top_level_package() -> None:
+    """`PYTHONPROFILEIMPORTTIME=1` in [env]: every process prints its imports; the note sums
+    the outermost ones by package over the processes (the real lines of python3 -X importtime,
+    from a run of `python3 -X importtime -c "import json"` and the same shape for torch)."""
+    one = [
+        "import time: self [us] | cumulative | imported package",
+        "import time:        87 |         87 |   _io",
+        "import time:       179 |        475 | _frozen_importlib_external",
+        "import time:    400000 |    9000000 | torch",
+        "import time:      5000 |    2000000 |   torch._C",
+        "import time:       100 |    3000000 | sglang.srt.managers.scheduler",
+    ]
+    two = [*one[:1], "import time:       100 |    4000000 | sglang.srt.server_args"]
+    log = "\n".join([*one, "[2026-12-03 09:42:33] server_args=ServerArgs(model_path='/m')", *two])
+    note = import_note(log)
+    assert note == (
+        "import profile: 16.0s of imports in 2 processes: torch 9.0s, sglang 7.0s, "
+        "_frozen_importlib_external 0.0s"
+    )
+    assert import_note("[2026-12-03 09:42:33] no profile here") is None
+
+
+def test_a_server_that_never_became_ready_says_how_far_it_got() -> None:
+    log = (DATA / "range_cold.log").read_text().split("Capture cuda graph end")[0]
+    note = reached(log.rsplit("\n", 1)[0])
+    assert note is not None
+    assert note.startswith("start-up reached: kv_cache done (the target's KV cache); its last")
+    assert "Capture cuda graph bs [1, 2, 3, 4, 5, 6, 7, 8]" in note
+    assert reached("Traceback (most recent call last):\n") is None

@@ -282,3 +282,49 @@ def ready_brief(timings: Mapping[str, Any]) -> str:
         return "-"
     big = [f"{k} {v:.0f}" for k, v in from_timings(timings).items() if v >= 1.0]
     return f"{ready:.1f}s" + (": " + ", ".join(big) if big else "")
+
+
+# Python's import profile (`PYTHONPROFILEIMPORTTIME=1` in the experiment's [env], or -X
+# importtime): "import time: <self us> | <cumulative us> | <name>", the name indented two
+# spaces per nesting level; one header line per process.
+_IMPORT_HEADER = "import time: self [us] | cumulative | imported package"
+_IMPORT = re.compile(r"^import time:\s+\d+ \|\s+(\d+) \| (\S.*)$")
+
+
+def import_note(log: str, top: int = 6) -> str | None:
+    """Where the processes' imports went, by top-level package (their outermost imports'
+    cumulative times, summed over the processes): the phase perfbisect cannot shorten itself
+    and a user may (a lighter import path, fewer backends). None without an import profile."""
+    processes = 0
+    by_package: dict[str, int] = {}
+    for line in log.splitlines():
+        if line.startswith(_IMPORT_HEADER):
+            processes += 1
+            continue
+        found = _IMPORT.match(line)
+        if found is None:
+            continue
+        package = found.group(2).split(".")[0]
+        by_package[package] = by_package.get(package, 0) + int(found.group(1))
+    if not by_package:
+        return None
+    total = sum(by_package.values()) / 1e6
+    ranked = sorted(by_package.items(), key=lambda kv: -kv[1])[:top]
+    parts = ", ".join(f"{name} {us / 1e6:.1f}s" for name, us in ranked)
+    noun = "process" if processes == 1 else "processes"
+    return f"import profile: {total:.1f}s of imports in {processes} {noun}: {parts}"
+
+
+def reached(log: str) -> str | None:
+    """How far a server that never became ready got: the last start-up phase its log shows
+    done, and the last time-stamped line after it (``start-up reached: graphs done (the
+    target's CUDA graphs); last line: Capture draft cuda graph begin...``)."""
+    lines = _lines(log)
+    at = _milestones(lines)
+    at.pop("start", None)
+    if not at:
+        return None
+    name = max(at, key=lambda k: at[k])
+    what = dict(PHASES)[name]
+    last = lines[-1].text.strip()[:160]
+    return f"start-up reached: {name} done ({what}); its last line: {last}"

@@ -31,7 +31,13 @@ from perfbisect.targets.sglang.launch_args import checkout_version, server_argv,
 from perfbisect.targets.sglang.proxy import ProxySpec, flag_note, prepare_model
 from perfbisect.targets.sglang.proxy import server_args as proxy_args
 from perfbisect.targets.sglang.server_log import READY_LINE, failure_cause, log_notes
-from perfbisect.targets.sglang.startup import START_COMMAND, as_timings, startup_phases
+from perfbisect.targets.sglang.startup import (
+    START_COMMAND,
+    as_timings,
+    import_note,
+    reached,
+    startup_phases,
+)
 from perfbisect.targets.sglang.startup_args import Startup, declared_on_host, startup_args
 from perfbisect.targets.sglang.timer import BOOT, install_timer
 
@@ -330,6 +336,8 @@ class SglangTarget(CommandTarget):
             serve_log = Path(log_dir) / "serve.log"
             text = serve_log.read_text(errors="replace") if serve_log.exists() else ""
             cause = failure_cause(text)
+            if cause is None and exc.stage == "ready":  # stuck, not failed: say where
+                cause = reached(text)
             if cause is None or exc.stage not in ("serve", "ready"):
                 raise
             raise StepFailed(exc.stage, f"{cause}; {exc.reason}") from exc
@@ -339,6 +347,9 @@ class SglangTarget(CommandTarget):
         log = log_file.read_text(errors="replace") if log_file.exists() else ""
         # Numbers next to the stage times (keys without "_s": not stages, never summed).
         measured.timings.update(as_timings(startup_phases(log, measured.timings.get("ready_s"))))
+        imports = import_note(log)
+        if imports:
+            measured.flags.append(imports)
         measured.flags.extend(log_notes(log))
         warning = graph_warning(measured.flags)
         if warning:

@@ -170,8 +170,8 @@ def main():
     server = http.server.ThreadingHTTPServer((args.host, args.port), Handler)
     if args.tp_size > 1:
         print("[stand-in] sglang is using nccl==2.27.7", file=sys.stderr, flush=True)
+    start_up(args, speculative)
     if not args.stand_in_never_ready:
-        start_up(args, speculative)
         log("The server is fired up and ready to roll!")
     server.serve_forever()
 
