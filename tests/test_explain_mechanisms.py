@@ -343,3 +343,31 @@ def test_a_profiled_delta_inside_the_verifies_spread_apportions_nothing(tmp_path
     assert within_noise(0.2, noisy, noisy) is None  # 2.8 standard errors: it apportions
     assert "do not show it" in str(within_noise(-0.2, noisy, noisy))
     assert side.verify_ms_error == 0.0  # the double's verifies are all 5 ms
+
+
+def test_nccl_kernels_per_call_site_and_a_changed_algorithm(tmp_path: Path) -> None:
+    """The NCCL kernels' names (algorithm, protocol) per call site are kept per side, and a
+    change at the same call site is a finding."""
+    from dataclasses import replace
+
+    from test_explain import _gpu_trace
+
+    from perfbisect.explain.findings import nccl_kernel_findings
+
+    good = _side("good", _gpu_trace(tmp_path / "g.json", graph=False), tmp_path)
+    assert good.nccl_kernels == (
+        {
+            "call_site": "nccl:all_reduce",
+            "operation": "AllReduce",
+            "algorithm": "TREE",
+            "protocol": "SIMPLE",
+            "calls_per_verify": 8.0,
+        },
+    )
+    ring = replace(good, nccl_kernels=({**good.nccl_kernels[0], "algorithm": "RING"},))
+    (finding,) = nccl_kernel_findings(good, ring)
+    assert (
+        finding.title
+        == "NCCL AllReduce at nccl:all_reduce: TREE/SIMPLE -> RING/SIMPLE (algorithm/protocol)"
+    )
+    assert not nccl_kernel_findings(good, good)

@@ -170,6 +170,29 @@ def nccl_findings(good: Side, bad: Side) -> list[Finding]:
     return out
 
 
+def _algorithms(side: Side) -> dict[tuple[str, str], str]:
+    by_site: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for k in side.nccl_kernels:
+        by_site[(k["call_site"], k["operation"])].add(f"{k['algorithm']}/{k['protocol']}")
+    return {site: ", ".join(sorted(v)) for site, v in by_site.items()}
+
+
+def nccl_kernel_findings(good: Side, bad: Side) -> list[Finding]:
+    """An NCCL collective whose algorithm or protocol changed at the same call site."""
+    g, b = _algorithms(good), _algorithms(bad)
+    return [
+        Finding(
+            "nccl",
+            f"NCCL {op} at {site}: {g[(site, op)]} -> {b[(site, op)]} (algorithm/protocol)",
+            None,
+            None,
+            "profiler traces (NCCL kernel names, e.g. ncclDevKernel_AllReduce_Sum_bf16_RING_LL)",
+        )
+        for site, op in sorted(set(g) & set(b))
+        if g[(site, op)] != b[(site, op)]
+    ]
+
+
 def allreduce_findings(good: Side, bad: Side) -> list[Finding]:
     if not good.traces or not bad.traces or good.allreduce_paths == bad.allreduce_paths:
         return []

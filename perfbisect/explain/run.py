@@ -223,6 +223,7 @@ def compare(
     found += mechanisms.graph_findings(g_side, b_side, profiled)
     found += rules.nccl_findings(g_side, b_side)
     found += rules.allreduce_findings(g_side, b_side)
+    found += rules.nccl_kernel_findings(g_side, b_side)
     found += rules.environment_findings(good_ev, bad_ev, differing)
     found += rules.machine_findings(good_snaps, bad_snaps)
     found += rules.placement_findings(g_side, b_side)
