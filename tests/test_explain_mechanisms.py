@@ -371,3 +371,61 @@ def test_nccl_kernels_per_call_site_and_a_changed_algorithm(tmp_path: Path) -> N
         == "NCCL AllReduce at nccl:all_reduce: TREE/SIMPLE -> RING/SIMPLE (algorithm/protocol)"
     )
     assert not nccl_kernel_findings(good, good)
+
+
+REAL_NCCL = Path(__file__).parent / "data" / "nccl_h200"
+
+
+def _real(mode: str) -> tuple[Any, dict[str, str]]:
+    from perfbisect.explain.nccl_log import parse
+
+    (log,) = REAL_NCCL.glob(f"nccl.{mode}.*")
+    (env,) = REAL_NCCL.glob(f"env.{mode}.*.json")
+    (process,) = parse(log.read_text().splitlines())
+    return process, json.loads(env.read_text())
+
+
+def test_real_nccl_logs_of_one_rank_communicators_from_the_h200() -> None:
+    """NCCL 2.28.9's own log (tests/data/nccl_h200): version, communicators (the second made by
+    ncclCommSplit), what each took, and what a one-rank log cannot tell."""
+    from perfbisect.explain.nccl_log import not_taken, uneven, untold_at_one_rank
+
+    env_mode, env = _real("env")
+    assert env_mode.version == "2.28.9+cuda13.0" and env_mode.host == "vm"
+    (comm,) = env_mode.communicators
+    assert (comm.rank, comm.nranks, comm.cuda_dev, comm.tid) == (0, 1, 0, env_mode.pid)
+    # the parameter's line ends with a period; the value does not
+    assert env_mode.taken == {"NCCL_NVLS_ENABLE": "0"} == dict(comm.taken)
+    assert env_mode.tuning == ()  # no tuning at one rank
+    assert env["NCCL_PROTO"] == "LL" and env["NCCL_VERSION"] == "2.28.3-1"
+    # NCCL_PROTO / NCCL_ALGO: not said either way at one rank; NCCL_VERSION is no setting
+    assert untold_at_one_rank(env_mode, env) == ["NCCL_ALGO", "NCCL_PROTO"]
+    assert not_taken(env_mode, env) == []
+
+    late, late_env = _real("late")
+    first, second = late.communicators
+    assert (first.comm, second.comm) == ("0xfc61200", "0x1809bd60")  # the split's child
+    assert dict(first.taken) == {"NCCL_NVLS_ENABLE": "0"} and dict(second.taken) == {}
+    assert uneven(late) == []  # NCCL_NVLS_ENABLE is read once a process, not per communicator
+    assert untold_at_one_rank(late, late_env) == ["NCCL_ALGO", "NCCL_PROTO"]
+
+    stripped, stripped_env = _real("stripped")
+    assert "NCCL_PROTO" not in stripped_env and untold_at_one_rank(stripped, stripped_env) == []
+
+
+def test_a_one_rank_process_says_what_its_log_cannot_tell(tmp_path: Path) -> None:
+    from perfbisect.explain.findings import nccl_findings
+
+    process, env = _real("env")
+    record = {"rank": 0, "pid": process.pid, "env": env}
+    launch = LaunchEvidence(1, 1.0, tmp_path, (), (record,), (process,), None)
+    bad, good = fold("bad", {}, [launch]), fold("good", {}, [])
+    finding, *others = nccl_findings(good, bad)
+    assert [f.title for f in others] == [
+        "NCCL took NCCL_NVLS_ENABLE=0 on the bad side, (unset) on the good side"
+    ]
+    assert finding.title == (
+        f"NCCL_ALGO, NCCL_PROTO in the environment of pid {process.pid} (bad side): its NCCL "
+        "communicators have one rank, which NCCL does not tune, so its log cannot say whether "
+        "they were taken"
+    )

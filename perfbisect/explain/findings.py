@@ -127,6 +127,19 @@ def nccl_findings(good: Side, bad: Side) -> list[Finding]:
                 )
     for side in (bad, good):
         for process in side.nccl:
+            untold = process.get("untold") or []
+            if untold:
+                out.append(
+                    Finding(
+                        "nccl",
+                        f"{', '.join(untold)} in the environment of pid {process['pid']} "
+                        f"({side.label} side): its NCCL communicators have one rank, which NCCL "
+                        "does not tune, so its log cannot say whether they were taken",
+                        None,
+                        None,
+                        "NCCL_DEBUG=INFO communicator lines (nranks 1) and the rank's environment",
+                    )
+                )
             for row in process.get("uneven") or []:
                 out.append(
                     Finding(

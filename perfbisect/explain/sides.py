@@ -77,6 +77,7 @@ def nccl_processes(launches: Sequence[LaunchEvidence]) -> list[dict[str, Any]]:
                     "tuning": [list(t) for t in process.tuning],
                     # None: this process's environment was not recorded (not a profiled rank)
                     "not_taken": nccl_log.not_taken(process, env) if env is not None else None,
+                    "untold": nccl_log.untold_at_one_rank(process, env) if env is not None else [],
                 }
             )
     return out
