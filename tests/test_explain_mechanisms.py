@@ -429,3 +429,51 @@ def test_a_one_rank_process_says_what_its_log_cannot_tell(tmp_path: Path) -> Non
         "communicators have one rank, which NCCL does not tune, so its log cannot say whether "
         "they were taken"
     )
+
+
+SGLANG_H200 = Path(__file__).parents[1] / "docs/examples/explain_gpu/out_h200_sglang"
+
+
+def _real_side(label: str, name: str, graph_fraction: float) -> Any:
+    summary = summarise(SGLANG_H200 / name)
+    assert summary is not None and summary.device == "cuda" and summary.verifies == 15
+    launch = LaunchEvidence(1, 1.0, SGLANG_H200, (summary,), (), (), graph_fraction)
+    return fold(label, {}, [launch])
+
+
+def test_real_sglang_verify_out_of_graphs_reads_as_verify_eager() -> None:
+    """SGLang at 3117415c9bcd on the H200, target-verify kept out of its CUDA graph (patch 04):
+    one graph replay of 114 kernels per verify became 112 kernel launches, the added time in
+    host gaps (the GPU waiting for the launches), 92% of the profiled delta."""
+    good = _real_side("good", "eager.good.json.gz", 1.0)
+    bad = _real_side("bad", "eager.bad.json.gz", 0.0)
+    assert good.verify_ms_profiled is not None and bad.verify_ms_profiled is not None
+    profiled = bad.verify_ms_profiled - good.verify_ms_profiled
+    assert profiled == pytest.approx(6.653, abs=0.001)
+    (finding,) = graph_findings(good, bad, profiled)
+    assert finding.title == (
+        "verify eager: kernels per verify 1 -> 112 (CUDA graph replays 1 -> 0, kernel launches "
+        "0 -> 112), +6.092 ms in host gaps; verify in CUDA graphs 100% -> 0% of cycles"
+    )
+    assert finding.share == pytest.approx(0.916, abs=0.001)
+
+
+def test_real_sglang_host_sync_reads_as_synchronisation_of_a_host_bound_verify() -> None:
+    """Patch 05 (a .item() at the start of CudaGraphRunner.replay) on the H200: one stream
+    synchronize and one device-to-host copy more per verify, the host blocked 0.008 ms, since
+    the GPU already waited 0.2 ms for the replay without it (this tiny model's verify is
+    host-bound); the profiled verifies show no delta, so no share is stated."""
+    good = _real_side("good", "eager.good.json.gz", 1.0)
+    bad = _real_side("bad", "sync.bad.json.gz", 1.0)
+    assert good.verify_ms_profiled is not None and bad.verify_ms_profiled is not None
+    profiled = bad.verify_ms_profiled - good.verify_ms_profiled
+    assert profiled < 0
+    (finding,) = sync_findings(good, bad, profiled)
+    assert finding.kind == "synchronisation" and finding.share is None
+    assert finding.title == (
+        "host synchronisation in the verify: syncs per verify 0.0 -> 1.0 (cudaStreamSynchronize "
+        "1.0), device-to-host copies 0.0 -> 1.0, host blocked 0.000 -> 0.008 ms; GPU idle before "
+        "the graph replay 0.201 -> 0.166 ms; host-bound already: the GPU waited 0.201 ms for the "
+        "replay without the sync, so the sync found its queue drained"
+    )
+    assert not graph_findings(good, bad, profiled)  # one reduction kernel more is no mode change
