@@ -477,3 +477,23 @@ def test_real_sglang_host_sync_reads_as_synchronisation_of_a_host_bound_verify()
         "replay without the sync, so the sync found its queue drained"
     )
     assert not graph_findings(good, bad, profiled)  # one reduction kernel more is no mode change
+
+
+def test_per_launch_and_per_worktree_values_are_no_environment_finding(tmp_path: Path) -> None:
+    """Seen on the H200: SGLang's per-launch SGLANG_RUN_ID and a PYTHONPATH into each
+    configuration's own worktree came out as 'environment' findings; a real difference stays."""
+    from perfbisect.explain.findings import environment_findings
+
+    def launch(worktree: str, run: str, proto: str) -> LaunchEvidence:
+        env = {
+            "PYTHONPATH": f"/c/worktrees/6c16c88ea6/{worktree}/python:/work/main:/tmp/site",
+            "SGLANG_RUN_ID": run,
+            "NCCL_PROTO": proto,
+        }
+        record = {"rank": 0, "pid": 1, "env": env}
+        return LaunchEvidence(1, 1.0, tmp_path, (), (record,), (), None)
+
+    good = launch("3117415c9bcd00ec", "sglang-run-1", "Simple")
+    bad = launch("3117415c9bcd00ec-p2e48209163", "sglang-run-2", "LL")
+    (finding,) = environment_findings([good], [bad], "patches: none -> 04")
+    assert finding.title.startswith("NCCL_PROTO=LL in the bad side's rank process(es) 0")

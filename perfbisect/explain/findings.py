@@ -6,6 +6,7 @@ evidence and no share, after those that have one. Nothing is stated without evid
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,7 +23,12 @@ MIN_SHARE = 0.05  # an operator below this share of the delta is not a finding
 MAX_OPERATORS = 3
 # Shells, terminals and perfbisect's own per-launch values differ between any two launches.
 ENV_NOISE_PREFIXES = ("PERFBISECT_", "TMUX", "TERM", "SSH_", "LC_", "XDG_", "HIST", "LS_COLORS")
-ENV_NOISE = frozenset({"SHLVL", "PWD", "OLDPWD", "_", "PS1", "COLUMNS", "LINES", "MAIL", "SHELL"})
+ENV_NOISE = frozenset(
+    {"SHLVL", "PWD", "OLDPWD", "_", "PS1", "COLUMNS", "LINES", "MAIL", "SHELL", "SGLANG_RUN_ID"}
+)
+# Each configuration runs from its own worktree (a patch set is one): paths into it differ by
+# construction, so they are compared with the worktree's folder left out.
+WORKTREE = re.compile(r"/worktrees/[^/:]+/[^/:]+")
 TUNING_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "PYTORCH_", "SGLANG_", "OMP_", "NVSHMEM_")
 SNAPSHOT_IGNORE = ("env", "launch", "address", "perfbisect", "taken_at", "host")
 
@@ -65,7 +71,11 @@ def operator_findings(
 def _values_by_name(launches: Sequence[LaunchEvidence]) -> dict[str, set[str | None]]:
     processes = [p for launch in launches for p in launch.processes]
     names = {n for p in processes for n in p.get("env", {})}
-    return {n: {p.get("env", {}).get(n) for p in processes} for n in names}
+    return {n: {_unplaced(p.get("env", {}).get(n)) for p in processes} for n in names}
+
+
+def _unplaced(value: str | None) -> str | None:
+    return WORKTREE.sub("/worktrees/{worktree}", value) if value is not None else None
 
 
 def _said(name: str, value: str | None) -> str:
