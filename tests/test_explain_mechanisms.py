@@ -497,3 +497,17 @@ def test_per_launch_and_per_worktree_values_are_no_environment_finding(tmp_path:
     bad = launch("3117415c9bcd00ec-p2e48209163", "sglang-run-2", "LL")
     (finding,) = environment_findings([good], [bad], "patches: none -> 04")
     assert finding.title.startswith("NCCL_PROTO=LL in the bad side's rank process(es) 0")
+
+
+def test_readings_of_a_moment_are_no_machine_finding() -> None:
+    """From the H200 run: the snapshots' power, temperature and current clocks differed between
+    the two launches (when each was taken); a changed power limit is a finding."""
+    from perfbisect.explain.findings import machine_findings
+
+    def snapshot(power: float, clock: int, limit: float) -> dict[str, Any]:
+        gpu = {"power_w": power, "sm_clock_mhz": clock, "temperature_c": 33}
+        return {"gpus": [{**gpu, "power_limit_w": limit, "sm_clock_max_mhz": 1980}]}
+
+    assert machine_findings([snapshot(78.3, 345, 700.0)], [snapshot(125.4, 1980, 700.0)]) == []
+    (finding,) = machine_findings([snapshot(78.3, 345, 700.0)], [snapshot(78.3, 345, 500.0)])
+    assert "power_limit_w: 700.0 -> 500.0" in finding.title

@@ -30,6 +30,17 @@ ENV_NOISE = frozenset(
 # construction, so they are compared with the worktree's folder left out.
 WORKTREE = re.compile(r"/worktrees/[^/:]+/[^/:]+")
 TUNING_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "PYTORCH_", "SGLANG_", "OMP_", "NVSHMEM_")
+MOMENTARY = frozenset(
+    {
+        "power_w",
+        "temperature_c",
+        "sm_clock_mhz",
+        "mem_clock_mhz",
+        "memory_used_mib",
+        "throttle_reasons",
+        "utilization",
+    }
+)
 SNAPSHOT_IGNORE = ("env", "launch", "address", "perfbisect", "taken_at", "host")
 
 
@@ -243,7 +254,9 @@ def machine_findings(
     good: Sequence[Mapping[str, Any]], bad: Sequence[Mapping[str, Any]]
 ) -> list[Finding]:
     """Hardware snapshot keys on which every good launch agrees, every bad launch agrees, and
-    the two differ (clocks, power, PCIe link, driver, persistence mode)."""
+    the two differ (maximum clocks, power limit, PCIe link, driver, persistence mode); not the
+    readings of a moment (one launch a side on the H200 gave 'power_w: 78 -> 125',
+    'sm_clock_mhz: 345 -> 1980': when the snapshot was taken, not how the machine was set)."""
     from perfbisect.store.history import flatten
 
     def consistent(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -256,7 +269,8 @@ def machine_findings(
     g, b = consistent(good), consistent(bad)
     out = []
     for key in sorted(set(g) & set(b)):
-        if key.split(".")[0] in SNAPSHOT_IGNORE or g[key] == b[key]:
+        last = key.rsplit(".", 1)[-1]
+        if key.split(".")[0] in SNAPSHOT_IGNORE or last in MOMENTARY or g[key] == b[key]:
             continue
         out.append(
             Finding("machine", f"{key}: {g[key]} -> {b[key]}", None, None, "hardware snapshots")
