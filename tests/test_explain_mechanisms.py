@@ -333,7 +333,7 @@ def test_a_profiled_delta_inside_the_verifies_spread_apportions_nothing(tmp_path
     and no share is stated against it."""
     from dataclasses import replace
 
-    from perfbisect.explain.run import within_noise
+    from perfbisect.explain.judge import within_noise
 
     side = _side("good", gpu_trace(tmp_path / "g.json", "graph"), tmp_path)
     noisy = replace(side, verify_ms_error=0.05)
@@ -511,3 +511,62 @@ def test_readings_of_a_moment_are_no_machine_finding() -> None:
     assert machine_findings([snapshot(78.3, 345, 700.0)], [snapshot(125.4, 1980, 700.0)]) == []
     (finding,) = machine_findings([snapshot(78.3, 345, 700.0)], [snapshot(78.3, 345, 500.0)])
     assert "power_limit_w: 700.0 -> 500.0" in finding.title
+
+
+LIVE = Path(__file__).parent / "data" / "explain_h200"
+
+
+def _reread(name: str) -> tuple[Any, Any, Any]:
+    """A diagnostic pair of the H200 run (tests/data/explain_h200: its logs and one trace a
+    side) judged again by the current rules."""
+    from perfbisect.explain.judge import reread
+
+    folder = LIVE / name
+    launches = sorted(p for p in folder.iterdir() if p.is_dir())
+    return reread(launches, [folder / f"{name}.good.json.gz", folder / f"{name}.bad.json.gz"])
+
+
+def test_real_dsv3_proxy_names_the_batch_above_the_captured_sizes() -> None:
+    """The DeepSeek-V3-style proxy (MLA + MoE, 8 layers, random weights) at running batch 8 on
+    the H200: --cuda-graph-max-bs 2 on the bad side, 8 on the good."""
+    good, bad, judged = _reread("dsv3")
+    batch, eager = judged.findings[:2]
+    assert batch.kind == "batch" and batch.title == (
+        "verify batch above the captured CUDA-graph sizes: running batch up to 8 against "
+        "captured sizes up to 2 on the bad side; 100% of its verifies above them, 0% of those "
+        "in a graph (the rest eager); good side captured up to 8, running batch up to 8, 0% above"
+    )
+    assert eager.title.startswith(
+        "verify eager: kernels per verify 1 -> 231 (CUDA graph replays 1 -> 0, kernel launches "
+        "0 -> 231), +22.880 ms in host gaps"
+    ) and eager.share == pytest.approx(0.838, abs=0.001)
+    assert good.batches["captured"] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert bad.groups["MoE"] == pytest.approx(good.groups["MoE"], abs=0.01)  # same kernels
+
+
+def test_real_reference_nccl_launch_axis_on_a_one_rank_communicator() -> None:
+    """The reference target at TP=1 on a one-rank NCCL group (--group always), launched
+    direct vs in tmux whose server carried NCCL_PROTO=Simple NCCL_ALGO=Ring: the variables
+    are named where they reached, NCCL's own log gives the version, the library, the
+    communicator, what it took; and it cannot tell about NCCL_PROTO/NCCL_ALGO at one rank."""
+    good, bad, judged = _reread("refnccl")
+    titles = [f.title for f in judged.findings]
+    assert any(
+        t.startswith(
+            "NCCL_ALGO, NCCL_PROTO in the environment of pid 3891 (bad side): its NCCL "
+            "communicators have one rank"
+        )
+        for t in titles
+    ), titles
+    assert any(
+        t.startswith("NCCL_PROTO=Simple in the bad side's rank process(es) 0") for t in titles
+    )
+    assert not any("NCCL_VERSION" in t for t in titles)  # the image's label is no setting
+    (process,) = bad.nccl
+    assert process["version"] == "2.28.9+cuda13.0" and process["taken"] == {"NCCL_NVLS_ENABLE": "0"}
+    assert process["library"] == [
+        "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2"
+    ]
+    assert [(c["rank"], c["nranks"]) for c in process["communicators"]] == [(0, 1)]
+    assert process["not_taken"] == [] and process["untold"] == ["NCCL_ALGO", "NCCL_PROTO"]
+    assert good.host["graph_launches"] == bad.host["graph_launches"] == 1.0
