@@ -87,6 +87,13 @@ def render_why(why: Mapping[str, Any]) -> None:
     if rows:
         render_rows("how the verify ran (per verify)", ["", "good", "bad"], rows)
     for side in (good, bad):
+        for k in side.get("nccl_kernels") or []:
+            out.print(
+                f"  NCCL kernels ({side['label']}): {escape(k['call_site'])} {k['operation']} "
+                f"{k['algorithm'] or '?'}/{k['protocol'] or '?'}, "
+                f"{k['calls_per_verify']:.1f} per verify",
+                soft_wrap=True,
+            )
         if side["allreduce_paths"]:
             out.print(f"  all-reduce path ({side['label']}): {', '.join(side['allreduce_paths'])}")
     nccl = [(side["label"], p) for side in (good, bad) for p in side["nccl"]]

@@ -6,6 +6,7 @@ evidence and no share, after those that have one. Nothing is stated without evid
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,8 +23,24 @@ MIN_SHARE = 0.05  # an operator below this share of the delta is not a finding
 MAX_OPERATORS = 3
 # Shells, terminals and perfbisect's own per-launch values differ between any two launches.
 ENV_NOISE_PREFIXES = ("PERFBISECT_", "TMUX", "TERM", "SSH_", "LC_", "XDG_", "HIST", "LS_COLORS")
-ENV_NOISE = frozenset({"SHLVL", "PWD", "OLDPWD", "_", "PS1", "COLUMNS", "LINES", "MAIL", "SHELL"})
+ENV_NOISE = frozenset(
+    {"SHLVL", "PWD", "OLDPWD", "_", "PS1", "COLUMNS", "LINES", "MAIL", "SHELL", "SGLANG_RUN_ID"}
+)
+# Each configuration runs from its own worktree (a patch set is one): paths into it differ by
+# construction, so they are compared with the worktree's folder left out.
+WORKTREE = re.compile(r"/worktrees/[^/:]+/[^/:]+")
 TUNING_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "PYTORCH_", "SGLANG_", "OMP_", "NVSHMEM_")
+MOMENTARY = frozenset(
+    {
+        "power_w",
+        "temperature_c",
+        "sm_clock_mhz",
+        "mem_clock_mhz",
+        "memory_used_mib",
+        "throttle_reasons",
+        "utilization",
+    }
+)
 SNAPSHOT_IGNORE = ("env", "launch", "address", "perfbisect", "taken_at", "host")
 
 
@@ -65,7 +82,11 @@ def operator_findings(
 def _values_by_name(launches: Sequence[LaunchEvidence]) -> dict[str, set[str | None]]:
     processes = [p for launch in launches for p in launch.processes]
     names = {n for p in processes for n in p.get("env", {})}
-    return {n: {p.get("env", {}).get(n) for p in processes} for n in names}
+    return {n: {_unplaced(p.get("env", {}).get(n)) for p in processes} for n in names}
+
+
+def _unplaced(value: str | None) -> str | None:
+    return WORKTREE.sub("/worktrees/{worktree}", value) if value is not None else None
 
 
 def _said(name: str, value: str | None) -> str:
@@ -127,6 +148,19 @@ def nccl_findings(good: Side, bad: Side) -> list[Finding]:
                 )
     for side in (bad, good):
         for process in side.nccl:
+            untold = process.get("untold") or []
+            if untold:
+                out.append(
+                    Finding(
+                        "nccl",
+                        f"{', '.join(untold)} in the environment of pid {process['pid']} "
+                        f"({side.label} side): its NCCL communicators have one rank, which NCCL "
+                        "does not tune, so its log cannot say whether they were taken",
+                        None,
+                        None,
+                        "NCCL_DEBUG=INFO communicator lines (nranks 1) and the rank's environment",
+                    )
+                )
             for row in process.get("uneven") or []:
                 out.append(
                     Finding(
@@ -170,6 +204,29 @@ def nccl_findings(good: Side, bad: Side) -> list[Finding]:
     return out
 
 
+def _algorithms(side: Side) -> dict[tuple[str, str], str]:
+    by_site: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for k in side.nccl_kernels:
+        by_site[(k["call_site"], k["operation"])].add(f"{k['algorithm']}/{k['protocol']}")
+    return {site: ", ".join(sorted(v)) for site, v in by_site.items()}
+
+
+def nccl_kernel_findings(good: Side, bad: Side) -> list[Finding]:
+    """An NCCL collective whose algorithm or protocol changed at the same call site."""
+    g, b = _algorithms(good), _algorithms(bad)
+    return [
+        Finding(
+            "nccl",
+            f"NCCL {op} at {site}: {g[(site, op)]} -> {b[(site, op)]} (algorithm/protocol)",
+            None,
+            None,
+            "profiler traces (NCCL kernel names, e.g. ncclDevKernel_AllReduce_Sum_bf16_RING_LL)",
+        )
+        for site, op in sorted(set(g) & set(b))
+        if g[(site, op)] != b[(site, op)]
+    ]
+
+
 def allreduce_findings(good: Side, bad: Side) -> list[Finding]:
     if not good.traces or not bad.traces or good.allreduce_paths == bad.allreduce_paths:
         return []
@@ -197,7 +254,9 @@ def machine_findings(
     good: Sequence[Mapping[str, Any]], bad: Sequence[Mapping[str, Any]]
 ) -> list[Finding]:
     """Hardware snapshot keys on which every good launch agrees, every bad launch agrees, and
-    the two differ (clocks, power, PCIe link, driver, persistence mode)."""
+    the two differ (maximum clocks, power limit, PCIe link, driver, persistence mode); not the
+    readings of a moment (one launch a side on the H200 gave 'power_w: 78 -> 125',
+    'sm_clock_mhz: 345 -> 1980': when the snapshot was taken, not how the machine was set)."""
     from perfbisect.store.history import flatten
 
     def consistent(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -210,7 +269,8 @@ def machine_findings(
     g, b = consistent(good), consistent(bad)
     out = []
     for key in sorted(set(g) & set(b)):
-        if key.split(".")[0] in SNAPSHOT_IGNORE or g[key] == b[key]:
+        last = key.rsplit(".", 1)[-1]
+        if key.split(".")[0] in SNAPSHOT_IGNORE or last in MOMENTARY or g[key] == b[key]:
             continue
         out.append(
             Finding("machine", f"{key}: {g[key]} -> {b[key]}", None, None, "hardware snapshots")

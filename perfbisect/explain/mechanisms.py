@@ -15,6 +15,7 @@ from perfbisect.explain.model import Finding, Side
 MECHANISMS = ("batch", "synchronisation", "graph")
 MIN_GROUP_SHARE = 0.05  # a kernel group below this share of the delta is not named
 MAX_GROUPS = 3
+MIN_LAUNCHES = 5
 
 
 def _share(delta_ms: float, profiled: float | None) -> float | None:
@@ -50,7 +51,10 @@ def graph_findings(good: Side, bad: Side, profiled: float | None) -> list[Findin
     g_launch, b_launch = gh["launches"] or 0.0, bh["launches"] or 0.0
     g_graph, b_graph = gh["graph_launches"] or 0.0, bh["graph_launches"] or 0.0
     left_graph = g_graph >= 0.5 and b_graph < 0.5 * g_graph
-    big = b_launch >= 1.5 * g_launch or g_launch >= 1.5 * b_launch
+    # a few more launches (a sync's reduction kernel) is no change of how the verify ran
+    big = (b_launch >= 1.5 * g_launch or g_launch >= 1.5 * b_launch) and abs(
+        b_launch - g_launch
+    ) >= MIN_LAUNCHES
     if not left_graph and not big and timer is None:
         return []
     named = _group_deltas(good, bad, profiled)
@@ -98,10 +102,20 @@ def sync_findings(good: Side, bad: Side, profiled: float | None) -> list[Finding
         if g_idle is not None and b_idle is not None
         else ""
     )
+    # The sync waits for the GPU to drain its queue; a GPU that already waited for the host
+    # before the replay has nothing queued, so the sync costs little there (a host-bound verify)
+    host_bound = (
+        f"; host-bound already: the GPU waited {g_idle:.3f} ms for the replay without the sync, "
+        "so the sync found its queue drained"
+        if g_idle is not None and blocked < 0.5 * g_idle
+        else ""
+    )
     title = (
         f"host synchronisation in the verify: syncs per verify {gh['syncs']:.1f} -> "
         f"{bh['syncs']:.1f} ({_calls(bh)}), device-to-host copies {gh['d2h_copies']:.1f} -> "
-        f"{bh['d2h_copies']:.1f}, host blocked {gh['sync_ms']:.3f} -> {bh['sync_ms']:.3f} ms" + idle
+        f"{bh['d2h_copies']:.1f}, host blocked {gh['sync_ms']:.3f} -> {bh['sync_ms']:.3f} ms"
+        + idle
+        + host_bound
     )
     return [
         Finding(

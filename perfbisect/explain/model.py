@@ -51,6 +51,8 @@ class Side:
     trace_reader: str | None = None  # HolisticTraceAnalysis, or perfbisect's JSON reader
     # standard error of verify_ms_profiled (over every profiled verify of the side)
     verify_ms_error: float | None = None
+    # NCCL kernels per call site: call_site, operation, algorithm, protocol, calls_per_verify
+    nccl_kernels: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -83,10 +83,11 @@ def parse(lines: Iterable[str]) -> list[ProcessNccl]:
         if (version := _VERSION.search(msg)) is not None:
             entry.version = version.group("version")
         elif (env := _ENV.match(msg)) is not None:
-            entry.taken[env.group("name")] = env.group("value").strip()
+            # NCCL's parameters end the line with a period ("... set by environment to 0.")
+            value = env.group("value").strip().removesuffix(".")
+            entry.taken[env.group("name")] = value
             if tid in entry.making:
-                made = entry.comm_taken.setdefault(entry.making[tid], {})
-                made[env.group("name")] = env.group("value").strip()
+                entry.comm_taken.setdefault(entry.making[tid], {})[env.group("name")] = value
         elif (comm := _COMM.search(msg)) is not None:
             if comm.group("state") == "START":
                 entry.making[tid] = comm.group("comm")
@@ -117,15 +118,39 @@ def parse(lines: Iterable[str]) -> list[ProcessNccl]:
     ]
 
 
-# Set by perfbisect itself for the diagnostic launch: never a finding.
+# Set by perfbisect itself for the diagnostic launch: never a finding. NCCL_VERSION is NVIDIA's
+# container images' label of the NCCL package they hold (2.28.3-1 on the H200 machine, whose
+# torch loads 2.28.9), not a setting NCCL reads.
 DIAGNOSTIC_VARIABLES = frozenset({"NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"})
+NOT_SETTINGS = DIAGNOSTIC_VARIABLES | {"NCCL_VERSION"}
+# Read when NCCL tunes a collective's algorithm and protocol, which it never does for a
+# communicator of one rank: its log says nothing of them there, taken or not (seen with NCCL
+# 2.28.9 on one H200: NCCL_PROTO=LL and NCCL_ALGO=Ring in the environment, no line about either).
+TUNING_ONLY = frozenset({"NCCL_PROTO", "NCCL_ALGO"})
+
+
+def _settings(environment: Mapping[str, str]) -> list[str]:
+    return [n for n in environment if n.startswith("NCCL_") and n not in NOT_SETTINGS]
+
+
+def one_rank(process: ProcessNccl) -> bool:
+    return bool(process.communicators) and all(c.nranks == 1 for c in process.communicators)
 
 
 def not_taken(process: ProcessNccl, environment: Mapping[str, str]) -> list[str]:
     """NCCL_* variables in the process's environment that its NCCL did not say it took: the
-    failure where a tuning variable is set but the communicator that ran was made without it."""
-    names = [n for n in environment if n.startswith("NCCL_") and n not in DIAGNOSTIC_VARIABLES]
-    return sorted(n for n in names if n not in process.taken)
+    failure where a tuning variable is set but the communicator that ran was made without it
+    (less those its log could not mention: see ``untold``)."""
+    untold = set(untold_at_one_rank(process, environment))
+    return sorted(n for n in _settings(environment) if n not in process.taken and n not in untold)
+
+
+def untold_at_one_rank(process: ProcessNccl, environment: Mapping[str, str]) -> list[str]:
+    """Tuning variables in the environment of a process whose communicators all have one rank:
+    NCCL does not tune those, so its log cannot say whether they would have been taken."""
+    if not one_rank(process):
+        return []
+    return sorted(n for n in _settings(environment) if n in TUNING_ONLY and n not in process.taken)
 
 
 # Read again at every communicator's tuning (ncclGetEnv in NCCL's tuning code, printed each

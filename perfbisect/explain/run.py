@@ -20,11 +20,10 @@ from perfbisect.config import COMMIT_AXIS, PATCHES_AXIS, Configuration
 from perfbisect.errors import UsageError
 from perfbisect.executors.registry import make_target
 from perfbisect.experiment import Experiment, ExplainSettings, load_experiment
-from perfbisect.explain import findings as rules
-from perfbisect.explain import mechanisms
 from perfbisect.explain.change import Change, parse_diff
 from perfbisect.explain.evidence import PROFILE_FOLDER, LaunchEvidence, read_launch
-from perfbisect.explain.model import Cost, Explanation, Finding, Side
+from perfbisect.explain.judge import judge
+from perfbisect.explain.model import Cost, Explanation, Side
 from perfbisect.explain.sides import fold, side_median
 from perfbisect.paths import cache_dir
 from perfbisect.remote import program
@@ -189,77 +188,23 @@ def compare(
         failed = [v for v in views_of if v.value is None]
         for v in failed:
             not_measured.append(f"{side.label} launch {v.id} failed at {v.stage}: {v.reason}")
-        if not side.traces:
-            not_measured.append(
-                f"kernel/operator profile of the {side.label} side: no trace with a verify range "
-                "(the server does not load perfbisect's profiler, or the profiler failed"
-                + (f": {side.failures[0]}" if side.failures else "")
-                + ")"
-            )
-    profiled = None  # the profiled delta, where it apportions the findings' shares
-    measured = None
-    found: list[Finding] = []
-    if g_side.verify_ms_profiled is not None and b_side.verify_ms_profiled is not None:
-        measured = b_side.verify_ms_profiled - g_side.verify_ms_profiled
-        noise = within_noise(measured, g_side, b_side)
-        if noise is not None:
-            not_measured.append(noise)  # no share against a delta the verifies' spread covers
-        else:
-            profiled = measured
-            found += rules.operator_findings(good_ev, bad_ev, profiled)
-    if not any(p["communicators"] for s in (g_side, b_side) for p in s.nccl):
-        not_measured.append(
-            "NCCL: no communicator in the NCCL logs (no GPU collective ran, e.g. CPU/gloo)"
-        )
-    if g_side.device != "cuda" or b_side.device != "cuda":
-        not_measured.append(
-            "GPU kernels, GPU idle time and CUDA graph replays: the traces hold no GPU activity "
-            "(CPU operators are reported instead)"
-        )
     differing = ", ".join(f"{a}: {good.get(a)} -> {bad.get(a)}" for a in good.differing_axes(bad))
     change = describe_change(experiment, good, bad)
-    found += mechanisms.batch_findings(g_side, b_side)
-    found += mechanisms.sync_findings(g_side, b_side, profiled)
-    found += mechanisms.graph_findings(g_side, b_side, profiled)
-    found += rules.nccl_findings(g_side, b_side)
-    found += rules.allreduce_findings(g_side, b_side)
-    found += rules.environment_findings(good_ev, bad_ev, differing)
-    found += rules.machine_findings(good_snaps, bad_snaps)
-    found += rules.placement_findings(g_side, b_side)
-    found += rules.change_findings(change)
+    judged = judge(g_side, b_side, good_ev, bad_ev, differing, (good_snaps, bad_snaps), change)
+    not_measured += judged.not_measured
     return Explanation(
         metric=experiment.metric.name,
         session_id=session_id,
         delta=delta,
         delta_source=delta_source,
-        profiled_delta_ms=measured,
+        profiled_delta_ms=judged.measured,
         good=g_side,
         bad=b_side,
-        findings=rules.rank(found),
+        findings=judged.findings,
         not_measured=tuple(not_measured),
         cost=cost(store, experiment, good, bad, g_side, b_side, good_views + bad_views),
         change=_change_json(change),
     )
-
-
-NOISE_ERRORS = 2.0  # a profiled delta within this many standard errors apportions nothing
-
-
-def within_noise(profiled: float, good: Side, bad: Side) -> str | None:
-    """Why the profiled verifies' delta apportions nothing (None when it does): it is not
-    positive, or the verifies' own spread covers it (one launch a side, a noisy machine)."""
-    if profiled <= 0:
-        return f"shares of the delta: the profiled verifies do not show it ({profiled:+.3f} ms)"
-    g, b = good.verify_ms_error, bad.verify_ms_error
-    if g is None or b is None:
-        return None
-    error = (g**2 + b**2) ** 0.5
-    if profiled < NOISE_ERRORS * error:
-        return (
-            f"shares of the delta: the profiled verifies' delta ({profiled:+.3f} ms) is within "
-            f"{NOISE_ERRORS:.0f} standard errors of their spread (+-{error:.3f} ms)"
-        )
-    return None
 
 
 def describe_change(

@@ -77,6 +77,7 @@ def nccl_processes(launches: Sequence[LaunchEvidence]) -> list[dict[str, Any]]:
                     "tuning": [list(t) for t in process.tuning],
                     # None: this process's environment was not recorded (not a profiled rank)
                     "not_taken": nccl_log.not_taken(process, env) if env is not None else None,
+                    "untold": nccl_log.untold_at_one_rank(process, env) if env is not None else [],
                 }
             )
     return out
@@ -127,6 +128,21 @@ def batch_counts(launches: Sequence[LaunchEvidence]) -> dict[str, Any] | None:
     }
 
 
+def nccl_kernels(launches: Sequence[LaunchEvidence]) -> list[dict[str, Any]]:
+    """NCCL kernels by (call site, operation, algorithm, protocol), calls per verify averaged
+    over the side's traces (the algorithm and protocol are in the kernel's name)."""
+    traces = [t for launch in launches for t in launch.traces]
+    calls: dict[tuple[str, str, str | None, str | None], float] = defaultdict(float)
+    for trace in traces:
+        for use in trace.nccl:
+            key = (use.call_site, use.operation, use.algorithm, use.protocol)
+            calls[key] += use.calls_per_verify / len(traces)
+    return [
+        {"call_site": s, "operation": o, "algorithm": a, "protocol": p, "calls_per_verify": c}
+        for (s, o, a, p), c in sorted(calls.items(), key=str)
+    ]
+
+
 def fold(label: str, config: Mapping[str, str], launches: Sequence[LaunchEvidence]) -> Side:
     traces = [t for launch in launches for t in launch.traces]
     ops = op_means(launches)
@@ -161,6 +177,7 @@ def fold(label: str, config: Mapping[str, str], launches: Sequence[LaunchEvidenc
         host=host_means(launches),
         batches=batch_counts(launches),
         trace_reader=traces[0].reader if traces else None,
+        nccl_kernels=tuple(nccl_kernels(launches)),
         verify_ms_error=standard_error([ms for t in traces for ms in t.verify_ms_each]),
         ranks=tuple(
             {

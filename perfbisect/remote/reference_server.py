@@ -341,11 +341,12 @@ def rank_main(args: argparse.Namespace, rank: int, tp: int, port: int, conn) -> 
                 world_size=tp,
             )
         worker = Rank(args, rank, tp)
-        if args.late_nccl_proto != "none":
-            # fault injection: a tuning variable that reaches the rank only after its
-            # communicator was made (the warm-up's collectives made it), as a framework that
-            # sets it in os.environ too late would: NCCL never takes it
-            os.environ["NCCL_PROTO"] = args.late_nccl_proto
+        if args.late_env != "none":
+            # fault injection: a variable that reaches the rank only after its communicator was
+            # made (the warm-up's collectives made it), as a framework that sets it in
+            # os.environ too late would: NCCL, which read its settings then, never takes it
+            name, _, value = args.late_env.partition(":")
+            os.environ[name] = value
         conn.send(("ready", rank, worker.verify_graph is not None))
         while True:
             message = conn.recv()
@@ -606,7 +607,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     s.add_argument("--verify-input", choices=["cache", "prefix"], default="cache")
     s.add_argument("--extra-allreduce", action="store_true")
     s.add_argument("--group", choices=["auto", "always"], default="auto")
-    s.add_argument("--late-nccl-proto", default="none", help="fault injection: set after init")
+    s.add_argument(
+        "--late-env", default="none", help="fault injection: NAME:VALUE set after the group's init"
+    )
     s.add_argument("--timing-dir")
     s.add_argument("--fail-rank", type=int, default=-1, help="fault injection: this rank exits")
     s.add_argument("--fail-after", type=int, default=1, help="... after this many cycles")

@@ -28,7 +28,9 @@ import sys
 import time
 from pathlib import Path
 
-TUNING = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}
+# NCCL_PROTO/NCCL_ALGO: read when NCCL tunes a collective (never at one rank, as the first run
+# showed); NCCL_MAX_NCHANNELS: a parameter read at init, whatever the rank count
+TUNING = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "4"}
 SIZES = (1024, 262144, 4194304)  # elements of float32: 4 KiB, 1 MiB, 16 MiB
 
 

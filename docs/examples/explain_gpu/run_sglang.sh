@@ -10,11 +10,13 @@
 #   dsv3     the DeepSeek-V3-style proxy, --cuda-graph-max-bs 8 vs 2 (running batch 8)
 #   refnccl  the reference target at TP=1 with a one-rank NCCL group (--group always), the
 #            same commit launched direct (good) vs in tmux (bad) whose server's global
-#            environment carries NCCL_PROTO=Simple NCCL_ALGO=Ring: a launch-axis difference in
-#            NCCL tuning variables, read from NCCL's own log
-#   reflate  the reference target as in refnccl, a custom axis: NCCL_PROTO=LL put into the rank's
-#            os.environ after its communicator was made (--late-nccl-proto, fault injection)
-#            vs not: the seed's failure, "in the environment but not taken by the communicator"
+#            environment carries NCCL_MAX_NCHANNELS=4 NCCL_PROTO=Simple NCCL_ALGO=Ring: a
+#            launch-axis difference in NCCL tuning variables, read from NCCL's own log (at one
+#            rank it says the first, 64 -> 4 channels; the others it never reads there)
+#   reflate  the reference target as in refnccl, a custom axis: NCCL_MAX_NCHANNELS=4 put into the
+#            rank's os.environ after its communicator was made (--late-env, fault injection) vs
+#            not: the seed's failure, "in the environment but not taken by the communicator" (a
+#            parameter NCCL reads at init: NCCL_PROTO/ALGO are never read at one rank)
 # Set-up: none when docs/examples/sglang_real/gpu_real.sh ran on this machine (it leaves
 # /tmp/pbreal/setup.ok: wheels in python3, perfbisect's dependencies in /tmp/site, the tiny
 # models, the range repository in /tmp/sglang); otherwise it is done here from the parts that
@@ -30,7 +32,9 @@ OUT=${OUT:?set OUT}; DEVICE=${DEVICE:-cuda}; STEPS=${STEPS:-"nccl eager sync dsv
 COMMIT=3117415c9bcd00ec06835eaae06690d53d18a334   # SGLang main where v0.5.12 forks
 deadline=$((SECONDS + ${BUDGET_S:-515}))
 work=/tmp/pbexplain; res=$work/out
-rm -rf $work && mkdir -p $res/nccl $res/json $res/traces
+# the cache (worktrees, the pin set's environment) and the history stay for a later call on the
+# same machine: a configuration's first launch from a new worktree took ~125 s, later ones ~50
+rm -rf $res $work/ref $work/reflate $work/tmux && mkdir -p $res/nccl $res/json $res/traces
 export PERFBISECT_DB=sqlite:///$work/pb.db PERFBISECT_CACHE=$work/cache
 summary=$OUT/summary.txt
 : > "$summary"
@@ -133,11 +137,11 @@ step_nccl() {
   if [ "$DEVICE" != cuda ]; then say "skipped: no GPU"; return; fi
   local d=$res/nccl
   export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING
-  NCCL_DEBUG_FILE=$d/nccl.env.%h.%p NCCL_PROTO=LL NCCL_ALGO=Ring \
+  NCCL_DEBUG_FILE=$d/nccl.env.%h.%p NCCL_PROTO=LL NCCL_ALGO=Ring NCCL_MAX_NCHANNELS=4 \
     timeout 90 python3 "$here/nccl_capture.py" env $d 2>&1 | tee -a "$summary"
   NCCL_DEBUG_FILE=$d/nccl.late.%h.%p timeout 90 python3 "$here/nccl_capture.py" late $d 2>&1 | tee -a "$summary"
-  NCCL_PROTO=LL NCCL_ALGO=Ring NCCL_DEBUG_FILE=$d/nccl.stripped.%h.%p \
-    timeout 90 env -u NCCL_PROTO -u NCCL_ALGO python3 "$here/nccl_capture.py" stripped $d 2>&1 | tee -a "$summary"
+  NCCL_PROTO=LL NCCL_ALGO=Ring NCCL_MAX_NCHANNELS=4 NCCL_DEBUG_FILE=$d/nccl.stripped.%h.%p \
+    timeout 90 env -u NCCL_PROTO -u NCCL_ALGO -u NCCL_MAX_NCHANNELS python3 "$here/nccl_capture.py" stripped $d 2>&1 | tee -a "$summary"
   unset NCCL_DEBUG NCCL_DEBUG_SUBSYS
   for f in $d/nccl.*; do
     say "-- $(basename $f): $(wc -l < $f) lines; parsed:"
@@ -171,10 +175,10 @@ cycles = 30
 warmup = 3
 timeout_s = 180
 # a one-rank NCCL group (the verify's all-reduces on it); {late} only in reflate's axis
-server_args = ["--group", "always", "--late-nccl-proto", "{late}"]
+server_args = ["--group", "always", "--late-env", "{late}"]
 
 [axes.custom.late]
-values = ["none", "LL"]
+values = ["none", "NCCL_MAX_NCHANNELS:4"]  # NAME:VALUE (no "=" in axis values)
 ordered = false
 
 [explain]
@@ -193,7 +197,7 @@ step_refnccl() {
   # tuning variables, it hands them to every later tmux launch (the bad side) and not to a
   # direct launch (the good side).
   export TMUX_TMPDIR=$work/tmux && mkdir -p $TMUX_TMPDIR
-  env NCCL_PROTO=Simple NCCL_ALGO=Ring tmux new-session -d -s keeper || { say "tmux failed"; return; }
+  env NCCL_MAX_NCHANNELS=4 NCCL_PROTO=Simple NCCL_ALGO=Ring tmux new-session -d -s keeper || { say "tmux failed"; return; }
   explain refnccl 80 $d --good "commit=$sha,launch=direct,late=none" --bad "commit=$sha,launch=tmux,late=none"
   tmux kill-server 2>/dev/null
 }
@@ -201,7 +205,7 @@ step_refnccl() {
 step_reflate() {
   local d=$work/reflate sha
   sha=$(ref_experiment $d) || return
-  explain reflate 70 $d --good "commit=$sha,late=none" --bad "commit=$sha,late=LL"
+  explain reflate 70 $d --good "commit=$sha,late=none" --bad "commit=$sha,late=NCCL_MAX_NCHANNELS:4"
 }
 
 sglang_dir() {  # $1: toml; the experiment folder with the patches beside it
