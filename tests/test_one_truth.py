@@ -192,6 +192,8 @@ def test_an_interrupted_session_shows_what_it_knows_so_far(cli: Cli, tmp_path: P
     assert culprit["first_bad"] == {"commit": shas[4]} and culprit["verified"] is False
     assert "not verified yet" in culprit["verify_note"]
     assert "position 4 (verify)" in report["remaining"] and "bisect resume 1" in report["remaining"]
+    # The launches so far cost time, and the provisional report says how much (it said 0:00).
+    assert report["time_spent_s"] > 0
     text = cli.run("bisect", "report")
     assert text.returncode == 5 and "provisional" in text.stdout
     assert "provisional first bad (commit)" in text.stdout

@@ -15,6 +15,7 @@ from perfbisect.bisect.driver import (
     _replayed,
     _Searcher,
     session_log_root,
+    stage_seconds,
 )
 from perfbisect.bisect.engine import Culprit, Engine, Outcome, Status
 from perfbisect.bisect.merge_report import with_descent
@@ -221,4 +222,10 @@ def provisional_report(store: Store, row: SessionRow) -> Report:
     searched = (0, inside) if inside is not None else None
     report = build_report(store, row.id, experiment, engine, outcome, str(log_root), searched)
     report = with_descent(store, row.id, experiment, report, descents, str(log_root))
-    return replace(report, status=ReportStatus.PROVISIONAL, remaining=remaining)
+    return replace(
+        report,
+        status=ReportStatus.PROVISIONAL,
+        remaining=remaining,
+        # The time so far: a provisional report said 0:00 after four launches of 80 s each.
+        time_spent_s=stage_seconds(session_launches(store, row.id)),
+    )
