@@ -163,7 +163,9 @@ def sglang_wheels() -> Iterator[Path]:
     folder = Path(
         os.environ.get("PERFBISECT_TEST_SGLANG_WHEELS") or tempfile.mkdtemp(prefix="sgl-")
     )
-    missing = [v for v in VERSIONS if not list(folder.glob(f"sglang-{v}-*.whl"))]
+    # 0.5.12 too: the release the GPU runs served, whose CUDA-graph grid test_sglang_startup reads.
+    wanted = (*VERSIONS, *(() if "0.5.12" in VERSIONS else ("0.5.12",)))
+    missing = [v for v in wanted if not list(folder.glob(f"sglang-{v}-*.whl"))]
     for version in missing:
         subprocess.run(
             [
