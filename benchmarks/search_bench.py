@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from perfbisect.bisect.engine import Engine, LaunchResult, Policy, Status
+from perfbisect.bisect.search.searcher import ModelEngine
 from perfbisect.config import Configuration
 
 GOOD_MS, BAD_MS = 18.0, 29.0
@@ -245,10 +246,10 @@ class Result:
     confidence: float | None = None  # the posterior it claimed for it (crossing first)
 
 
-def run_perfbisect(world: World, n: int, policy: Policy) -> Result:
+def run_perfbisect(world: World, n: int, policy: Policy, model: bool = False) -> Result:
     n = len(world.levels) - 1
     path = [Configuration.of({"commit": str(i)}) for i in range(n + 1)]
-    engine = Engine(path, policy, world.threshold)
+    engine = (ModelEngine if model else Engine)(path, policy, world.threshold)
     while batch := engine.next_batch():
         results = []
         for request in batch:
@@ -377,6 +378,7 @@ SCENARIOS: list[tuple[str, Scenario, float, float, bool]] = [
 def strategies() -> list[tuple[str, Callable[[World, int], Result]]]:
     return [
         ("perfbisect", lambda w, n: run_perfbisect(w, n, Policy())),
+        ("perfbisect --engine model", lambda w, n: run_perfbisect(w, n, Policy(), model=True)),
         ("perfbisect --all-steps", lambda w, n: run_perfbisect(w, n, Policy(all_steps=True))),
         (
             "perfbisect, 2 launches per endpoint",

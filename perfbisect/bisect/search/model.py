@@ -1,0 +1,245 @@
+"""The search's state as one posterior: where the first configuration at or past the threshold
+lies, given every launch in the order it ran, on a machine whose load comes and goes.
+
+What it assumes (every rule of the search follows from these and nothing else):
+
+* positions: the crossing is at any position of the path with equal prior (a configuration that
+  cannot run can still be the crossing; it only cannot be measured). Given the crossing ``c``,
+  every measured point before ``c`` is *below* the threshold and every one from ``c`` on is
+  *past* it. The measured points cut the path into gaps; the crossing's posterior is exact over
+  the gaps and even within one (nothing inside a gap was measured);
+* levels: a point below lies at the good endpoint's level, or (with ``PLATEAU``) at a level of
+  its own between that and the threshold (a plateau before the crossing); a point past lies at
+  the bad endpoint's level, or at one of its own past the threshold (a later commit took part
+  of it back, or creep). A derived threshold is the geometric midpoint of the endpoints'
+  levels, and those levels are read from the endpoints' launches the chain holds normal;
+* launches: log-normal around their point's level with the session's noise, except lone
+  outliers (``OUTLIER`` of launches, 1.15-3x slower, never faster) and the machine's state;
+* the machine: normal, or busy with one slow-down factor (a grid over 1.15-3x) kept while a
+  busy period lasts, following a Markov chain over the launch order. Two chains are weighed
+  by how well each explains the launches: a quiet machine (periods rare) and a shared one
+  (periods start after about one launch in twenty and last about ten). Back-to-back launches
+  of two points in one busy period share its factor, which is what lets a pair tell a step
+  from a slow period.
+
+The forward algorithm runs once per gap (vectorised over gaps and both chains), so the
+posterior is exact for the model, not a point estimate of the machine's state. Pure numpy,
+no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from perfbisect.bisect.posterior import _BUSY_LOG, _BUSY_SPREAD, _log_normal_grid, _log_slow_grid
+
+OUTLIER = 0.03  # lone slow launches, whatever the machine's state
+PLATEAU = 0.15  # a point's chance of a level of its own rather than its end's
+# (start, stay, prior weight): a quiet machine and a shared one whose busy periods last ~12
+CHAINS = ((0.002, 0.5, 0.5), (0.05, 0.92, 0.5))
+SWITCH = 0.05  # a busy launch's chance of a factor other than the one before it
+_F = np.asarray(_BUSY_LOG)
+_K = len(_BUSY_LOG)
+
+
+@dataclass(frozen=True)
+class Belief:
+    """The posterior after the launches so far. ``points``: the measured positions in path
+    order (0 and the bad end first and last); ``gap[j]`` (j >= 1): the probability that the
+    crossing lies in (points[j-1], points[j]]; ``busy_next``: each machine state's probability
+    for the next launch (0 normal, then the busy factors); ``good``/``bad``/``threshold`` in
+    log time; ``below``/``past``: the level of a plateau on either side (log time; the end's level
+    where the launches show none)."""
+
+    points: NDArray[np.int64]
+    gap: NDArray[np.float64]
+    busy_next: NDArray[np.float64]
+    good: float
+    bad: float
+    threshold: float
+    below: float
+    past: float
+    sd: float
+
+    def crossing_at(self, position: int) -> float:
+        """The probability that ``position`` is the first past the threshold."""
+        j = int(np.searchsorted(self.points, position))
+        if j == 0 or j >= len(self.points):
+            return 0.0
+        size = int(self.points[j] - self.points[j - 1])
+        return float(self.gap[j]) / size
+
+    def cdf(self) -> NDArray[np.float64]:
+        """``cdf[x]``: the probability that the crossing is at or before position x (0..n)."""
+        n = int(self.points[-1])
+        per = np.zeros(n + 1)
+        for j in range(1, len(self.points)):
+            a, b = int(self.points[j - 1]), int(self.points[j])
+            per[a + 1 : b + 1] = self.gap[j] / (b - a)
+        return np.cumsum(per)
+
+    def best(self) -> tuple[int, float]:
+        """The likeliest crossing and its probability."""
+        sizes = np.diff(self.points)
+        per = self.gap[1:] / sizes
+        j = int(np.argmax(per)) + 1
+        return int(self.points[j - 1] + 1) if sizes[j - 1] > 1 else int(self.points[j]), float(
+            per[j - 1]
+        )
+
+
+def point_level(xs: NDArray[np.float64]) -> float:
+    """A point's own level from its launches (log): the fastest of one or two (slow launches
+    are never fast), else the median of those within 15% of the fastest."""
+    if len(xs) < 3:
+        return float(np.min(xs))
+    close = xs[xs <= np.min(xs) + math.log(1.15)]
+    return float(np.median(close if len(close) >= 2 else xs))
+
+
+def _emissions(
+    xs: NDArray[np.float64], levels: NDArray[np.float64], own: NDArray[np.float64], sd: float
+) -> NDArray[np.float64]:
+    """Log-density of each launch in each machine state (normal, then busy factors), its point
+    at ``levels`` (the side's end) or, with PLATEAU, at ``own`` (a level of its own)."""
+    spread = math.hypot(sd, _BUSY_SPREAD)
+    out = []
+    for weight, lv in ((1 - PLATEAU, levels), (PLATEAU, own)):
+        u = xs - lv
+        loose = math.log(OUTLIER) + _log_slow_grid(u)
+        normal = np.logaddexp(math.log(1 - OUTLIER) + _log_normal_grid(u, sd), loose)
+        busy = np.logaddexp(
+            math.log(1 - OUTLIER) + _log_normal_grid(u[:, None] - _F[None, :], spread),
+            loose[:, None],
+        )
+        out.append(math.log(weight) + np.concatenate([normal[:, None], busy], axis=1))
+    return np.asarray(np.logaddexp(out[0], out[1]), dtype=np.float64)
+
+
+def _transitions() -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Per chain: the transition matrix (states x states) and the first launch's state."""
+    mats, inits = [], []
+    for start, stay, _ in CHAINS:
+        m = np.zeros((_K + 1, _K + 1))
+        m[0, 0] = 1 - start
+        m[0, 1:] = start / _K
+        m[1:, 0] = 1 - stay
+        m[1:, 1:] = stay * SWITCH / (_K - 1)
+        np.fill_diagonal(m[1:, 1:], stay * (1 - SWITCH))
+        mats.append(m)
+        busy = start / (1 - stay + start)
+        inits.append(np.concatenate([[1 - busy], np.full(_K, busy / _K)]))
+    return np.asarray(mats), np.asarray(inits)
+
+
+_TRANS, _INIT = _transitions()
+_CHAIN_PRIOR = np.log(np.asarray([w for _, _, w in CHAINS]))
+
+
+def _forward(
+    emit_below: NDArray[np.float64],
+    emit_past: NDArray[np.float64],
+    idx: NDArray[np.int64],
+    gaps: int,
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """The forward algorithm for every gap and chain at once: the log-likelihood per (chain,
+    gap) and the last launch's filtered state per (chain, gap)."""
+    js = np.arange(1, gaps + 1)
+    past = idx[None, :] >= js[:, None]  # (gap, launch): the launch's point is past
+    h = len(CHAINS)
+    alpha = np.broadcast_to(_INIT[:, None, :], (h, gaps, _K + 1)).copy()
+    loglik = np.zeros((h, gaps))
+    for t in range(len(idx)):
+        e = np.where(past[:, t, None], emit_past[t][None, :], emit_below[t][None, :])
+        top = e.max(axis=1, keepdims=True)
+        if t > 0:
+            alpha = np.einsum("hgs,hsr->hgr", alpha, _TRANS)
+        f = alpha * np.exp(e - top)[None, :, :]
+        c = f.sum(axis=2)
+        loglik += np.log(c) + top[None, :, 0]
+        alpha = f / c[..., None]
+    return loglik, alpha
+
+
+def believe(
+    launches: Sequence[tuple[int, float]],
+    n: int,
+    threshold: float | None,
+    sd: float,
+) -> Belief:
+    """The posterior given ``launches`` ((position, value in time terms: larger is worse), in
+    the order they ran; both endpoints among them), a path of positions 0..n, the threshold
+    (time terms; None: derived from the endpoints) and the session's relative noise."""
+    sd = max(sd, 0.01)
+    pos = np.asarray([p for p, _ in launches], dtype=np.int64)
+    xs = np.log(np.asarray([v for _, v in launches], dtype=np.float64))
+    points = np.unique(pos)
+    idx = np.searchsorted(points, pos)
+    own = np.asarray([point_level(xs[idx == i]) for i in range(len(points))])
+    good, bad = _end_levels((xs[idx == 0], xs[idx == len(points) - 1]), own, threshold, sd)
+    gaps = len(points) - 1
+    # A derived threshold sits midway between the endpoints' levels (geometric: noise is
+    # relative).
+    t_log = math.log(threshold) if threshold is not None else (good + bad) / 2
+    below_lv, past_lv = _plateaus(own, good, bad, t_log, sd)
+    e_below = _emissions(xs, np.full(len(xs), good), np.full(len(xs), below_lv), sd)
+    e_past = _emissions(xs, np.full(len(xs), bad), np.full(len(xs), past_lv), sd)
+    loglik, alpha = _forward(e_below, e_past, idx, gaps)
+    sizes = np.diff(points).astype(np.float64)
+    score = loglik + _CHAIN_PRIOR[:, None] + np.log(sizes)[None, :]
+    top = score.max()
+    w = np.exp(score - top)
+    gap = np.concatenate([[0.0], w.sum(axis=0) / w.sum()])
+    nxt = np.einsum("hgs,hsr->hgr", alpha, _TRANS)
+    busy_next = (w[..., None] * nxt).sum(axis=(0, 1)) / w.sum()
+    return Belief(points, gap, busy_next, good, bad, t_log, below_lv, past_lv, sd)
+
+
+def _end_levels(
+    ends: tuple[NDArray[np.float64], NDArray[np.float64]],
+    own: NDArray[np.float64],
+    threshold: float | None,
+    sd: float,
+) -> tuple[float, float]:
+    """The levels of the good and the bad run (log): each end's launches pooled with the
+    points that measured at its level (within ``max(12%, 2.5 noise)`` of its launches' median,
+    on its side of the threshold), so that two launches of an end that happened to run fast
+    or slow do not set the levels (and a derived threshold) alone. Points measured clearly
+    faster than the good end (two or more) mean its launches ran slow (a busy period over the
+    endpoint phase): the good run's level is theirs."""
+    good, bad = float(own[0]), float(own[-1])
+    tol = max(math.log(1.12), 2.5 * sd)
+    inner = own[1:-1]
+    faster = inner[inner < good - 3 * sd]
+    if len(faster) >= 2:
+        shift = good - float(np.median(faster))
+        return good - shift, max(bad - shift, good - shift + 2 * sd)
+    t_log = math.log(threshold) if threshold is not None else (good + bad) / 2
+    out = []
+    for launches, side in zip(ends, (inner < t_log, inner >= t_log)):
+        centre = float(np.median(launches))
+        near = inner[side & (np.abs(inner - centre) <= tol)]
+        mine = launches[np.abs(launches - centre) <= tol]
+        out.append(float(np.median(np.concatenate([mine, near]))) if len(near) else None)
+    return (out[0] if out[0] is not None else good), (out[1] if out[1] is not None else bad)
+
+
+def _plateaus(
+    own: NDArray[np.float64], good: float, bad: float, t_log: float, sd: float
+) -> tuple[float, float]:
+    """The level of a plateau on each side, shared by every point on it (levels come in runs:
+    a plateau's points pool their launches, and a point that reads like the plateau is not
+    past the threshold by a level of its own). Below: the points between the good level and
+    the threshold; past: the points clearly past it but clearly apart from the bad level (a
+    later commit took part of it back). The end's level where no point shows one."""
+    inner = own[1:-1]
+    lower = inner[(inner > good + 3 * sd) & (inner < t_log)]
+    upper = inner[(inner >= t_log + 3 * sd) & (np.abs(inner - bad) > 3 * sd)]
+    below = float(np.median(lower)) if len(lower) else good
+    past = float(np.median(upper)) if len(upper) else bad
+    return below, past
