@@ -43,6 +43,10 @@ PLATEAU = 0.15  # a point's chance of a level of its own rather than its end's
 # (start, stay, prior weight): a quiet machine and a shared one whose busy periods last ~12
 CHAINS = ((0.002, 0.5, 0.5), (0.05, 0.92, 0.5))
 SWITCH = 0.05  # a busy launch's chance of a factor other than the one before it
+# The endpoints' launches ran in one busy period, slowed by one of these factors (log), with
+# these priors (the first: they did not).
+SHIFTS = np.log(np.asarray([1.0, 1.5, 2.0, 2.5]))
+_SHIFT_PRIOR = np.log(np.asarray([0.94, 0.02, 0.02, 0.02]))
 _F = np.asarray(_BUSY_LOG)
 _K = len(_BUSY_LOG)
 
@@ -147,21 +151,22 @@ def _forward(
     idx: NDArray[np.int64],
     gaps: int,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """The forward algorithm for every gap and chain at once: the log-likelihood per (chain,
-    gap) and the last launch's filtered state per (chain, gap)."""
+    """The forward algorithm for every chain, level shift and gap at once (emissions per
+    shift, launch and state): the log-likelihood per (chain, shift, gap) and the last
+    launch's filtered state per (chain, shift, gap)."""
     js = np.arange(1, gaps + 1)
     past = idx[None, :] >= js[:, None]  # (gap, launch): the launch's point is past
-    h = len(CHAINS)
-    alpha = np.broadcast_to(_INIT[:, None, :], (h, gaps, _K + 1)).copy()
-    loglik = np.zeros((h, gaps))
+    h, d = len(CHAINS), emit_below.shape[0]
+    alpha = np.broadcast_to(_INIT[:, None, None, :], (h, d, gaps, _K + 1)).copy()
+    loglik = np.zeros((h, d, gaps))
     for t in range(len(idx)):
-        e = np.where(past[:, t, None], emit_past[t][None, :], emit_below[t][None, :])
-        top = e.max(axis=1, keepdims=True)
+        e = np.where(past[None, :, t, None], emit_past[:, None, t, :], emit_below[:, None, t, :])
+        top = e.max(axis=2, keepdims=True)
         if t > 0:
-            alpha = np.einsum("hgs,hsr->hgr", alpha, _TRANS)
-        f = alpha * np.exp(e - top)[None, :, :]
-        c = f.sum(axis=2)
-        loglik += np.log(c) + top[None, :, 0]
+            alpha = np.einsum("hdgs,hsr->hdgr", alpha, _TRANS)
+        f = alpha * np.exp(e - top)[None]
+        c = f.sum(axis=3)
+        loglik += np.log(c) + top[None, ..., 0]
         alpha = f / c[..., None]
     return loglik, alpha
 
@@ -183,21 +188,28 @@ def believe(
     own = np.asarray([point_level(xs[idx == i]) for i in range(len(points))])
     good, bad = _end_levels((xs[idx == 0], xs[idx == len(points) - 1]), own, threshold, sd)
     gaps = len(points) - 1
-    # A derived threshold sits midway between the endpoints' levels (geometric: noise is
-    # relative).
-    t_log = math.log(threshold) if threshold is not None else (good + bad) / 2
-    below_lv, past_lv = _plateaus(own, good, bad, t_log, sd)
-    e_below = _emissions(xs, np.full(len(xs), good), np.full(len(xs), below_lv), sd)
-    e_past = _emissions(xs, np.full(len(xs), bad), np.full(len(xs), past_lv), sd)
-    loglik, alpha = _forward(e_below, e_past, idx, gaps)
+    ones = np.ones(len(xs))
+    levels, e_below, e_past = [], [], []
+    for shift in SHIFTS:
+        # The endpoints' launches may all have run in one busy period: their levels (and a
+        # derived threshold, midway between them: geometric, as noise is relative) lower by
+        # one of these factors is a hypothesis the later launches weigh.
+        g, b = good - shift, bad - shift
+        t_log = math.log(threshold) if threshold is not None else (g + b) / 2
+        lo, hi = _plateaus(own, g, b, t_log, sd)
+        levels.append((g, b, t_log, lo, hi))
+        e_below.append(_emissions(xs, g * ones, lo * ones, sd))
+        e_past.append(_emissions(xs, b * ones, hi * ones, sd))
+    loglik, alpha = _forward(np.asarray(e_below), np.asarray(e_past), idx, gaps)
     sizes = np.diff(points).astype(np.float64)
-    score = loglik + _CHAIN_PRIOR[:, None] + np.log(sizes)[None, :]
-    top = score.max()
-    w = np.exp(score - top)
-    gap = np.concatenate([[0.0], w.sum(axis=0) / w.sum()])
-    nxt = np.einsum("hgs,hsr->hgr", alpha, _TRANS)
-    busy_next = (w[..., None] * nxt).sum(axis=(0, 1)) / w.sum()
-    return Belief(points, gap, busy_next, good, bad, t_log, below_lv, past_lv, sd)
+    score = loglik + _CHAIN_PRIOR[:, None, None] + _SHIFT_PRIOR[None, :, None]
+    score = score + np.log(sizes)[None, None, :]
+    w = np.exp(score - score.max())
+    gap = np.concatenate([[0.0], w.sum(axis=(0, 1)) / w.sum()])
+    nxt = np.einsum("hdgs,hsr->hdgr", alpha, _TRANS)
+    busy_next = (w[..., None] * nxt).sum(axis=(0, 1, 2)) / w.sum()
+    g, b, t_log, lo, hi = levels[int(np.argmax(w.sum(axis=(0, 2))))]
+    return Belief(points, gap, busy_next, g, b, t_log, lo, hi, sd)
 
 
 def _end_levels(
@@ -207,22 +219,16 @@ def _end_levels(
     sd: float,
 ) -> tuple[float, float]:
     """The levels of the good and the bad run (log): each end's launches pooled with the
-    points that measured at its level (within ``max(12%, 2.5 noise)`` of its launches' median,
+    points that measured at its level (within ``max(12%, 2.5 noise)`` of its own level,
     on its side of the threshold), so that two launches of an end that happened to run fast
-    or slow do not set the levels (and a derived threshold) alone. Points measured clearly
-    faster than the good end (two or more) mean its launches ran slow (a busy period over the
-    endpoint phase): the good run's level is theirs."""
+    or slow do not set the levels (and a derived threshold) alone."""
     good, bad = float(own[0]), float(own[-1])
     tol = max(math.log(1.12), 2.5 * sd)
     inner = own[1:-1]
-    faster = inner[inner < good - 3 * sd]
-    if len(faster) >= 2:
-        shift = good - float(np.median(faster))
-        return good - shift, max(bad - shift, good - shift + 2 * sd)
     t_log = math.log(threshold) if threshold is not None else (good + bad) / 2
     out = []
     for launches, side in zip(ends, (inner < t_log, inner >= t_log)):
-        centre = float(np.median(launches))
+        centre = point_level(launches)
         near = inner[side & (np.abs(inner - centre) <= tol)]
         mine = launches[np.abs(launches - centre) <= tol]
         out.append(float(np.median(np.concatenate([mine, near]))) if len(near) else None)
