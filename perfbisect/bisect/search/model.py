@@ -8,9 +8,9 @@ What it assumes (every rule of the search follows from these and nothing else):
   every measured point before ``c`` is *below* the threshold and every one from ``c`` on is
   *past* it. The measured points cut the path into gaps; the crossing's posterior is exact over
   the gaps and even within one (nothing inside a gap was measured);
-* levels: a point below lies at the good endpoint's level, or (with ``PLATEAU``) at a level of
-  its own between that and the threshold (a plateau before the crossing); a point past lies at
-  the bad endpoint's level, or at one of its own past the threshold (a later commit took part
+* levels: a point below lies at the good endpoint's level, or at the level of a plateau between
+  that and the threshold (one level for the points measured there); a point past lies at the
+  bad endpoint's level, or at a plateau's clearly past the threshold and apart from it (a later commit took part
   of it back, or creep). A derived threshold is the geometric midpoint of the endpoints'
   levels, and those levels are read from the endpoints' launches the chain holds normal;
 * launches: log-normal around their point's level with the session's noise, except lone
@@ -36,10 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from perfbisect.bisect.posterior import _BUSY_LOG, _BUSY_SPREAD, _log_normal_grid, _log_slow_grid
+from perfbisect.bisect.posterior import _log_normal_grid, _log_slow_grid
 
 OUTLIER = 0.03  # lone slow launches, whatever the machine's state
-PLATEAU = 0.15  # a point's chance of a level of its own rather than its end's
 # (start, stay, prior weight): a quiet machine and a shared one whose busy periods last ~12
 CHAINS = ((0.002, 0.5, 0.5), (0.05, 0.92, 0.5))
 SWITCH = 0.05  # a busy launch's chance of a factor other than the one before it
@@ -47,8 +46,12 @@ SWITCH = 0.05  # a busy launch's chance of a factor other than the one before it
 # these priors (the first: they did not).
 SHIFTS = np.log(np.asarray([1.0, 1.5, 2.0, 2.5]))
 _SHIFT_PRIOR = np.log(np.asarray([0.94, 0.02, 0.02, 0.02]))
-_F = np.asarray(_BUSY_LOG)
-_K = len(_BUSY_LOG)
+# The busy states' slow-downs (log-spaced): another job's share of the machine slows it by 1.3x
+# or more; less than that is a level's business (a plateau, creep), not the machine's.
+BUSY_LO, BUSY_HI = 1.3, 3.0
+_K = 12
+_F = np.linspace(math.log(BUSY_LO), math.log(BUSY_HI), _K)
+_BUSY_SPREAD = 0.5 * (_F[1] - _F[0])  # half the grid's spacing, added to the noise
 
 
 @dataclass(frozen=True)
@@ -107,22 +110,42 @@ def point_level(xs: NDArray[np.float64]) -> float:
 
 
 def _emissions(
-    xs: NDArray[np.float64], levels: NDArray[np.float64], own: NDArray[np.float64], sd: float
+    xs: NDArray[np.float64], levels: NDArray[np.float64], sd: float
 ) -> NDArray[np.float64]:
-    """Log-density of each launch in each machine state (normal, then busy factors), its point
-    at ``levels`` (the side's end) or, with PLATEAU, at ``own`` (a level of its own)."""
+    """Log-density of each launch in each machine state (normal, then the busy factors), its
+    point at ``levels`` (per launch)."""
     spread = math.hypot(sd, _BUSY_SPREAD)
-    out = []
-    for weight, lv in ((1 - PLATEAU, levels), (PLATEAU, own)):
-        u = xs - lv
-        loose = math.log(OUTLIER) + _log_slow_grid(u)
-        normal = np.logaddexp(math.log(1 - OUTLIER) + _log_normal_grid(u, sd), loose)
-        busy = np.logaddexp(
-            math.log(1 - OUTLIER) + _log_normal_grid(u[:, None] - _F[None, :], spread),
-            loose[:, None],
+    u = xs - levels
+    loose = math.log(OUTLIER) + _log_slow_grid(u)
+    normal = np.logaddexp(math.log(1 - OUTLIER) + _log_normal_grid(u, sd), loose)
+    busy = np.logaddexp(
+        math.log(1 - OUTLIER) + _log_normal_grid(u[:, None] - _F[None, :], spread),
+        loose[:, None],
+    )
+    return np.asarray(np.concatenate([normal[:, None], busy], axis=1), dtype=np.float64)
+
+
+def _side_levels(
+    xs: NDArray[np.float64],
+    idx: NDArray[np.int64],
+    points: int,
+    end: float,
+    plateau: float,
+    sd: float,
+) -> NDArray[np.float64]:
+    """Each launch's level on one side: its point's, the end's level or the side's plateau,
+    whichever its launches fit best (normal or a lone outlier; levels come in runs, so a point
+    on a plateau pays nothing for it, launch by launch)."""
+    scores = []
+    for level in (end, plateau):
+        u = xs - level
+        per = np.logaddexp(
+            math.log(1 - OUTLIER) + _log_normal_grid(u, sd),
+            math.log(OUTLIER) + _log_slow_grid(u),
         )
-        out.append(math.log(weight) + np.concatenate([normal[:, None], busy], axis=1))
-    return np.asarray(np.logaddexp(out[0], out[1]), dtype=np.float64)
+        scores.append(np.bincount(idx, weights=per, minlength=points))
+    at_end = scores[0] >= scores[1]
+    return np.where(at_end, end, plateau)[idx]
 
 
 def _transitions() -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -188,9 +211,12 @@ def believe(
     own = np.asarray([point_level(xs[idx == i]) for i in range(len(points))])
     good, bad = _end_levels((xs[idx == 0], xs[idx == len(points) - 1]), own, threshold, sd)
     gaps = len(points) - 1
-    ones = np.ones(len(xs))
     levels, e_below, e_past = [], [], []
-    for shift in SHIFTS:
+    # Only launches that no level read from the endpoints explains make the shifts worth
+    # weighing: something faster than the good level, or the bad end below the threshold.
+    t_first = math.log(threshold) if threshold is not None else (good + bad) / 2
+    doubted = bool(np.any(xs < good - 3 * sd)) or bool(np.any(xs[idx == len(points) - 1] < t_first))
+    for shift in SHIFTS if doubted else SHIFTS[:1]:
         # The endpoints' launches may all have run in one busy period: their levels (and a
         # derived threshold, midway between them: geometric, as noise is relative) lower by
         # one of these factors is a hypothesis the later launches weigh.
@@ -198,11 +224,11 @@ def believe(
         t_log = math.log(threshold) if threshold is not None else (g + b) / 2
         lo, hi = _plateaus(own, g, b, t_log, sd)
         levels.append((g, b, t_log, lo, hi))
-        e_below.append(_emissions(xs, g * ones, lo * ones, sd))
-        e_past.append(_emissions(xs, b * ones, hi * ones, sd))
+        e_below.append(_emissions(xs, _side_levels(xs, idx, len(points), g, lo, sd), sd))
+        e_past.append(_emissions(xs, _side_levels(xs, idx, len(points), b, hi, sd), sd))
     loglik, alpha = _forward(np.asarray(e_below), np.asarray(e_past), idx, gaps)
     sizes = np.diff(points).astype(np.float64)
-    score = loglik + _CHAIN_PRIOR[:, None, None] + _SHIFT_PRIOR[None, :, None]
+    score = loglik + _CHAIN_PRIOR[:, None, None] + _SHIFT_PRIOR[None, : len(levels), None]
     score = score + np.log(sizes)[None, None, :]
     w = np.exp(score - score.max())
     gap = np.concatenate([[0.0], w.sum(axis=(0, 1)) / w.sum()])

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from perfbisect.bisect.posterior import _BUSY_LOG
+from perfbisect.bisect.search.model import _F as _BUSY_F
 from perfbisect.bisect.search.model import CHAINS, OUTLIER, SWITCH, Belief
 
-_F = np.concatenate([[0.0], np.asarray(_BUSY_LOG)])  # log slow-down per machine state
+_F = np.concatenate([[0.0], _BUSY_F])  # log slow-down per machine state
 _SLOW = (math.log(1.15), math.log(3.0))
 _STAY = max(stay for _, stay, _ in CHAINS) * (1 - SWITCH)
 
