@@ -245,11 +245,11 @@ def _end_levels(
     sd: float,
 ) -> tuple[float, float]:
     """The levels of the good and the bad run (log): each end's launches pooled with the
-    points that measured at its level (within ``max(12%, 2.5 noise)`` of its own level,
+    points that measured at its level (within ``max(10%, 2.5 noise)`` of its own level, two points at least,
     on its side of the threshold), so that two launches of an end that happened to run fast
     or slow do not set the levels (and a derived threshold) alone."""
     good, bad = float(own[0]), float(own[-1])
-    tol = max(math.log(1.12), 2.5 * sd)
+    tol = max(math.log(1.1), 2.5 * sd)
     inner = own[1:-1]
     t_log = math.log(threshold) if threshold is not None else (good + bad) / 2
     out = []
@@ -257,7 +257,7 @@ def _end_levels(
         centre = point_level(launches)
         near = inner[side & (np.abs(inner - centre) <= tol)]
         mine = launches[np.abs(launches - centre) <= tol]
-        out.append(float(np.median(np.concatenate([mine, near]))) if len(near) else None)
+        out.append(float(np.median(np.concatenate([mine, near]))) if len(near) >= 2 else None)
     return (out[0] if out[0] is not None else good), (out[1] if out[1] is not None else bad)
 
 
