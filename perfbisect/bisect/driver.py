@@ -91,6 +91,10 @@ class SearchOptions:
     # is also the drift check); 0 = never (--fresh).
     reuse_days: float = 7.0
     slots: int | None = None  # launches at once (--slots); None: the [executor]'s
+    # "rules" (the default) or "model": the search as one posterior (bisect/search/); the
+    # model searches the crossing of one path, so --all-steps and multi-axis keep the rules.
+    engine: str = "rules"
+    confidence: float = 0.99  # the model's stop rule: the crossing's posterior to reach
 
     def policy(self, experiment: Experiment) -> Policy:
         return Policy(
@@ -101,6 +105,7 @@ class SearchOptions:
             bad_endpoint_launches=max(2, self.min_launches),
             max_launches=max(self.max_launches, self.min_launches, 2),
             higher_is_better=experiment.metric.higher_is_better,
+            confidence=self.confidence,
         )
 
 

@@ -109,6 +109,21 @@ def start(
         help="Map every level change (each step searched and verified), not only the "
         "configuration that crosses the threshold.",
     ),
+    engine: str = typer.Option(
+        "rules",
+        "--engine",
+        metavar="rules|model",
+        help="The search engine: 'rules' (default) or 'model' (one posterior decides every "
+        "launch and the stop; crossing first on one path, else the rules).",
+    ),
+    confidence: float = typer.Option(
+        0.99,
+        "--confidence",
+        min=0.5,
+        max=0.9999,
+        metavar="<p>",
+        help="With --engine model: the crossing's posterior to reach before naming it.",
+    ),
     fresh: bool = typer.Option(
         False,
         "--fresh",
@@ -160,6 +175,8 @@ def start(
 
     if threshold_ms is not None and not threshold_ms > 0:
         raise UsageError(f"--threshold-ms {threshold_ms:g}: must be above 0 ms")
+    if engine not in ("rules", "model"):
+        raise UsageError(f"--engine {engine}: must be 'rules' or 'model'")
     host = HostOptions(ssh_config, accept_new_host_key)
     if from_change is not None or good is None or bad is None:
         from perfbisect.cli.watch_cmd import endpoints_from_change
@@ -199,6 +216,8 @@ def start(
                 all_steps,
                 0.0 if fresh else 7.0,
                 slots,
+                engine,
+                confidence,
             ),
             name=name,
             progress=progress,

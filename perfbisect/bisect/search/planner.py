@@ -54,7 +54,8 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 
 def _above(d: NDArray[np.float64], sd: float) -> NDArray[np.float64]:
     """P(normal noise > d), elementwise."""
-    return np.asarray(0.5 * (1 - _erf(d / (sd * math.sqrt(2))).astype(np.float64)))
+    erf = np.asarray(_erf(d / (sd * math.sqrt(2))), dtype=np.float64)
+    return np.asarray(0.5 * (1 - erf), dtype=np.float64)
 
 
 def _read_past_when_below(level: NDArray[np.float64], b: Belief) -> NDArray[np.float64]:
