@@ -101,14 +101,10 @@ def test_a_busy_machine_is_read_from_the_launch_order() -> None:
     # Launches 4-9 ran in a busy period (1.7x): the good points measured in it read like bad
     # ones, but the chain over the launch order makes "a busy period" the likelier reading than
     # "the crossing is before them" once the later launches run normally.
-    busy = believe(
-        [(100, 29.0), (0, 18.0), (100, 29.5)]
-        + [(50, 30.6), (25, 30.4), (12, 30.9), (6, 30.2)]
-        + [(75, 18.2), (87, 18.0), (93, 29.2), (90, 18.3), (91, 28.7)],
-        100,
-        None,
-        0.03,
-    )
+    ends = [(100, 29.0), (0, 18.0), (100, 29.5)]
+    in_busy_period = [(50, 30.6), (25, 30.4), (12, 30.9), (6, 30.2)]
+    after = [(75, 18.2), (87, 18.0), (93, 29.2), (90, 18.3), (91, 28.7)]
+    busy = believe([*ends, *in_busy_period, *after], 100, None, 0.03)
     assert busy.crossing_at(91) > 0.5
     quiet = believe([(100, 29.0), (0, 18.0), (100, 29.5), (50, 18.1), (75, 29.1)], 100, None, 0.03)
     assert quiet.busy_next[0] > 0.9 and quiet.crossing_at(51) < 0.2
