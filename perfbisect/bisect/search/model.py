@@ -72,6 +72,8 @@ class Belief:
     below: float
     past: float
     sd: float
+    level_bits: float = 0.0  # bits about the crossing the endpoints' levels' doubt holds
+    end_launches: tuple[int, int] = (1, 1)  # launches of the good and the bad end
 
     def crossing_at(self, position: int) -> float:
         """The probability that ``position`` is the first past the threshold."""
@@ -101,12 +103,10 @@ class Belief:
 
 
 def point_level(xs: NDArray[np.float64]) -> float:
-    """A point's own level from its launches (log): the fastest of one or two (slow launches
-    are never fast), else the median of those within 15% of the fastest."""
-    if len(xs) < 3:
-        return float(np.min(xs))
+    """A point's own level from its launches (log): the median of those within 15% of the
+    fastest (slow launches are never fast; the fastest alone where no other agrees)."""
     close = xs[xs <= np.min(xs) + math.log(1.15)]
-    return float(np.median(close if len(close) >= 2 else xs))
+    return float(np.median(close))
 
 
 def _emissions(
@@ -210,6 +210,7 @@ def believe(
     idx = np.searchsorted(points, pos)
     own = np.asarray([point_level(xs[idx == i]) for i in range(len(points))])
     good, bad = _end_levels((xs[idx == 0], xs[idx == len(points) - 1]), own, threshold, sd)
+    n_good, n_bad = int(np.sum(idx == 0)), int(np.sum(idx == len(points) - 1))
     gaps = len(points) - 1
     levels, e_below, e_past = [], [], []
     # Only launches that no level read from the endpoints explains make the shifts worth
@@ -234,8 +235,22 @@ def believe(
     gap = np.concatenate([[0.0], w.sum(axis=(0, 1)) / w.sum()])
     nxt = np.einsum("hdgs,hsr->hdgr", alpha, _TRANS)
     busy_next = (w[..., None] * nxt).sum(axis=(0, 1, 2)) / w.sum()
-    g, b, t_log, lo, hi = levels[int(np.argmax(w.sum(axis=(0, 2))))]
-    return Belief(points, gap, busy_next, g, b, t_log, lo, hi, sd)
+    by_level = w.sum(axis=0)  # (shift, gap)
+    weight = by_level.sum(axis=1)
+    given = by_level / np.maximum(weight, 1e-300)[:, None]
+    # What the endpoints' levels' uncertainty costs: the bits about the crossing that knowing
+    # them would give (launching an endpoint again buys part of them).
+    level_bits = _entropy(gap[1:]) - float(np.sum(weight / weight.sum() * _entropy(given)))
+    g, b, t_log, lo, hi = levels[int(np.argmax(weight))]
+    return Belief(
+        points, gap, busy_next, g, b, t_log, lo, hi, sd, max(0.0, level_bits), (n_good, n_bad)
+    )
+
+
+def _entropy(p: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Entropy in bits over the last axis."""
+    q = np.clip(p, 1e-300, None)
+    return np.asarray(-(p * np.log2(q)).sum(axis=-1), dtype=np.float64)
 
 
 def _end_levels(

@@ -111,6 +111,15 @@ def plan(b: Belief, launchable: NDArray[np.bool_], slots: int) -> Plan:
     j = int(np.argmax(pairs)) + 1 if len(pairs) else 0
     if j and pairs[j - 1] / 2 > singles[x]:
         return Plan((int(b.points[j - 1]), int(b.points[j])), True, float(pairs[j - 1] / 2))
+    # An endpoint launched again narrows the endpoints' levels (and a derived threshold): it
+    # buys its share of the bits their doubt holds about the crossing.
+    n_good, n_bad = b.end_launches
+    n = len(cdf) - 1
+    end, end_gain = max(
+        ((0, b.level_bits / (n_good + 1)), (n, b.level_bits / (n_bad + 1))), key=lambda e: e[1]
+    )
+    if end_gain > singles[x] and launchable[end]:
+        return Plan((end,), False, end_gain)
     picks = [x]
     while len(picks) < min(slots, int(launchable.sum())):
         picks.append(_split_most(cdf, picks, launchable))

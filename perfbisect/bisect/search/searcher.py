@@ -168,22 +168,40 @@ class ModelEngine(EngineState):
 
     def _ends_differ(self) -> bool:
         """The endpoints' levels as the model reads them (slow launches never fast: the
-        fastest agreeing ones) differ by the minimum effect beyond the noise, or fall on
-        either side of a given threshold."""
+        fastest agreeing ones) differ by the minimum effect beyond the noise, or so do their
+        launches back to back (a busy period slows both launches of a neighbouring pair
+        alike), or they fall on either side of a given threshold."""
         good, bad = self.launches.get(0), self.launches.get(self.bad_end)
         if not good or not bad:
             return False
-        g_t = launch_times(good, self.policy.higher_is_better)
-        b_t = launch_times(bad, self.policy.higher_is_better)
+        hib = self.policy.higher_is_better
+        g_t, b_t = launch_times(good, hib), launch_times(bad, hib)
         assert g_t is not None and b_t is not None, "launch values must be positive"
         g = point_level(np.log(np.asarray(g_t)))
         b = point_level(np.log(np.asarray(b_t)))
         if self.fixed_threshold:
             assert self.threshold is not None
             t = self.threshold
-            return g < math.log(1 / t if self.policy.higher_is_better else t) <= b
+            return g < math.log(1 / t if hib else t) <= b
+        floor = math.log(1 + self.policy.min_effect)
         noise = self.policy.noise.z * self.rel_sd() * math.sqrt(1 / len(good) + 1 / len(bad))
-        return b - g >= max(math.log(1 + self.policy.min_effect), noise)
+        return b - g >= max(floor, noise) or self._pairs_differ(floor)
+
+    def _pairs_differ(self, floor: float) -> bool:
+        """The median log ratio (bad over good) of the endpoints' launches that ran next to
+        each other reaches ``floor`` and its noise."""
+        at = {i: p for p, seq in self.seq.items() if p in (0, self.bad_end) for i in seq}
+        times = launch_times(self.in_order, self.policy.higher_is_better)
+        assert times is not None
+        ratios = [
+            math.log(times[i + 1] / times[i]) * (1 if at[i] == 0 else -1)
+            for i in range(len(times) - 1)
+            if i in at and i + 1 in at and at[i] != at[i + 1]
+        ]
+        if len(ratios) < 3:
+            return False
+        noise = self.policy.noise.z * self.rel_sd() * math.sqrt(2 / len(ratios))
+        return float(np.median(ratios)) >= max(floor, noise)
 
     def _not_reproduced(self) -> str:
         g = self._estimate(self.launches[0]).median
