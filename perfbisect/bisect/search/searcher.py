@@ -86,9 +86,10 @@ class ModelEngine(EngineState):
         while True:
             b = self._believe()
             found = named(b, target, self._unlaunchable())
-            if found is not None and found.one and (found.lo, found.hi) not in self._pairs:
-                # The stop rule would name it: its two sides back to back first, so that a
-                # busy period cannot have made the step (the pair enters the posterior).
+            if found is not None and (found.lo, found.hi) not in self._pairs:
+                # The stop rule would name it (a configuration, or a range around ones that
+                # cannot run): its two sides back to back first, so that a busy period cannot
+                # have made the step (the pair enters the posterior).
                 yield self._request([found.lo, found.hi], Purpose.VERIFY)
                 self._pairs.add((found.lo, found.hi))
                 continue
