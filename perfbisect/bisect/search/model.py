@@ -240,7 +240,7 @@ def believe(
     given = by_level / np.maximum(weight, 1e-300)[:, None]
     # What the endpoints' levels' uncertainty costs: the bits about the crossing that knowing
     # them would give (launching an endpoint again buys part of them).
-    level_bits = _entropy(gap[1:]) - float(np.sum(weight / weight.sum() * _entropy(given)))
+    level_bits = float(_entropy(gap[1:])) - float(np.sum(weight / weight.sum() * _entropy(given)))
     g, b, t_log, lo, hi = levels[int(np.argmax(weight))]
     return Belief(
         points, gap, busy_next, g, b, t_log, lo, hi, sd, max(0.0, level_bits), (n_good, n_bad)
