@@ -19,12 +19,16 @@ to the quiet machine with how searches ended and a calibration table (the confid
 the configuration named against how often it was the right one).
 
     python benchmarks/search_bench.py [--trials 200] [--n 1024] [--markdown] [--only TEXT]
-    python benchmarks/search_bench.py --load [--trials 300] [--seed 1]
+    python benchmarks/search_bench.py --load [--trials 300] [--seed 1] [--strategy model]
+
+`perfbisect --engine model` is the search as one model (perfbisect/bisect/search/), next to
+today's rule engine on the same worlds (each trial's world is drawn from its own seed).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import random
 import statistics
@@ -34,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from perfbisect.bisect.engine import Engine, LaunchResult, Policy, Status
+from perfbisect.bisect.search.searcher import ModelEngine
 from perfbisect.config import Configuration
 
 GOOD_MS, BAD_MS = 18.0, 29.0
@@ -245,10 +250,10 @@ class Result:
     confidence: float | None = None  # the posterior it claimed for it (crossing first)
 
 
-def run_perfbisect(world: World, n: int, policy: Policy) -> Result:
+def run_perfbisect(world: World, n: int, policy: Policy, model: bool = False) -> Result:
     n = len(world.levels) - 1
     path = [Configuration.of({"commit": str(i)}) for i in range(n + 1)]
-    engine = Engine(path, policy, world.threshold)
+    engine = (ModelEngine if model else Engine)(path, policy, world.threshold)
     while batch := engine.next_batch():
         results = []
         for request in batch:
@@ -377,6 +382,7 @@ SCENARIOS: list[tuple[str, Scenario, float, float, bool]] = [
 def strategies() -> list[tuple[str, Callable[[World, int], Result]]]:
     return [
         ("perfbisect", lambda w, n: run_perfbisect(w, n, Policy())),
+        ("perfbisect --engine model", lambda w, n: run_perfbisect(w, n, Policy(), model=True)),
         ("perfbisect --all-steps", lambda w, n: run_perfbisect(w, n, Policy(all_steps=True))),
         (
             "perfbisect, 2 launches per endpoint",
@@ -432,24 +438,28 @@ LOAD_SCENARIOS = (
 CONFIDENCE_BINS = ((0.0, 0.5), (0.5, 0.9), (0.9, 0.99), (0.99, 1.01))
 
 
-def load_table(trials: int, n: int, seed: int, only: str = "") -> None:
+LOAD_ENGINES = (("rules", False), ("model", True))
+
+
+def load_table(trials: int, n: int, seed: int, only: str = "", engine: str = "") -> None:
     """The shared machine whose load comes and goes next to the quiet one: how searches end,
     launches, and a calibration table (the confidence claimed for a named configuration
     against how often it was the right one)."""
     print(f"N = {n} commits, {trials} trials per row, seed {seed}, perfbisect's default policy\n")
     print(
-        "| scenario | named right | named wrong | not reproduced | ambiguous | launches mean "
+        "| scenario | engine | named right | named wrong | not reproduced | ambiguous | launches mean "
         "| launches max | wrong named at >= 99% |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     tables = []
-    for scenario, make in LOAD_SCENARIOS:
-        if only not in scenario:
+    for (scenario, make), (name, model) in itertools.product(LOAD_SCENARIOS, LOAD_ENGINES):
+        if only not in scenario or engine not in name:
             continue
         results = []
         for trial in range(trials):
             rng = random.Random(seed * 1_000_003 + trial)
-            results.append(run_perfbisect(make(n, rng, 0.04, 0.03, False), n, Policy()))
+            world = make(n, rng, 0.04, 0.03, False)
+            results.append(run_perfbisect(world, n, Policy(), model=model))
         found = [r for r in results if r.status is Status.FOUND]
         right = sum(r.correct for r in found)
         wrong = [r for r in found if not r.correct]
@@ -458,11 +468,11 @@ def load_table(trials: int, n: int, seed: int, only: str = "") -> None:
         ambiguous = sum(r.status is Status.AMBIGUOUS for r in results)
         launches = [r.launches for r in results]
         print(
-            f"| {scenario} | {right / trials:.1%} | {len(wrong) / trials:.1%} "
+            f"| {scenario} | {name} | {right / trials:.1%} | {len(wrong) / trials:.1%} "
             f"| {not_rep / trials:.1%} | {ambiguous / trials:.1%} "
             f"| {statistics.fmean(launches):.2f} | {max(launches)} | {sure_wrong} |"
         )
-        tables.append((scenario, found))
+        tables.append((f"{scenario}, {name}", found))
     for scenario, found in tables:
         print(f"\nCalibration, {scenario} ({len(found)} searches that named a configuration):\n")
         print("| claimed confidence | named | right | observed accuracy |")
@@ -485,7 +495,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--only", default="", help="scenarios whose name contains this")
     parser.add_argument("--perfbisect-only", action="store_true", help="skip the baselines")
-    parser.add_argument("--strategy", default="", help="only the strategy of exactly this name")
+    parser.add_argument(
+        "--strategy",
+        default="",
+        help="only the strategies of exactly these names (comma-separated); with --load, "
+        "the engine: rules or model",
+    )
     parser.add_argument(
         "--rounds", action="store_true", help="rounds vs slots (k-ary search) instead"
     )
@@ -497,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     if args.load:
-        load_table(args.trials, args.n, args.seed, args.only)
+        load_table(args.trials, args.n, args.seed, args.only, args.strategy)
         print(f"\n({time.perf_counter() - started:.1f} s)", file=sys.stderr)
         return 0
     if args.rounds:
@@ -511,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, strategy in strategies():
             if args.perfbisect_only and not name.startswith("perfbisect"):
                 continue
-            if args.strategy and name != args.strategy:
+            if args.strategy and name not in args.strategy.split(","):
                 continue
             results = []
             for trial in range(args.trials):

@@ -97,6 +97,10 @@ class SearchOptions:
     # is also the drift check); 0 = never (--fresh).
     reuse_days: float = 7.0
     slots: int | None = None  # launches at once (--slots); None: the [executor]'s
+    # "rules" (the default) or "model": the search as one posterior (bisect/search/); the
+    # model searches the crossing of one path, so --all-steps and multi-axis keep the rules.
+    engine: str = "rules"
+    confidence: float = 0.99  # the model's stop rule: the crossing's posterior to reach
     # A crossing at a merge commit is searched inside the branch it merged (merges.py);
     # False: --no-descend-merges.
     descend_merges: bool = True
@@ -110,6 +114,7 @@ class SearchOptions:
             bad_endpoint_launches=max(2, self.min_launches),
             max_launches=max(self.max_launches, self.min_launches, 2),
             higher_is_better=experiment.metric.higher_is_better,
+            confidence=self.confidence,
         )
 
 

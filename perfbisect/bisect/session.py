@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from perfbisect.bisect.axis_sets import AxisPlan
 from perfbisect.bisect.baseline import BaselineRuns, SpeedupRow
@@ -42,6 +42,7 @@ from perfbisect.bisect.merges import Descent, descend
 from perfbisect.bisect.multiaxis import MultiAxisEngine
 from perfbisect.bisect.report import build_report
 from perfbisect.bisect.report_model import Fidelity, FullModelCheck, Report, counted
+from perfbisect.bisect.search.searcher import ModelEngine
 from perfbisect.bisect.specs import resolve_endpoints
 from perfbisect.bisect.unmatched import StopWhenNothingMatches
 from perfbisect.config import Configuration
@@ -153,6 +154,8 @@ def start(
         "all_steps": options.all_steps,
         "reuse_days": options.reuse_days,
         "slots": options.slots,
+        "engine": options.engine,
+        "confidence": options.confidence,
         "descend_merges": options.descend_merges,
         "plans": [p.as_json() for p in endpoints.plans] if endpoints.multi_axis else None,
         # Log directories are keyed by this, not by the per-database session number: two
@@ -258,8 +261,10 @@ def stored_options(params: dict[str, Any]) -> SearchOptions:
         bool(params.get("all_steps", True)),
         float(params.get("reuse_days", 0.0)),
         params.get("slots"),
+        str(params.get("engine", "rules")),
+        float(params.get("confidence", 0.99)),
         # sessions from before the search inside merges stopped at the merge
-        bool(params.get("descend_merges", False)),
+        descend_merges=bool(params.get("descend_merges", False)),
     )
 
 
@@ -268,11 +273,17 @@ def _engine(
     plans: list[dict[str, Any]] | None,
     policy: Policy,
     threshold: float | None,
+    engine: str = "rules",
 ) -> Engine:
-    """One path: the binary search; several axes (or a patch set): the multi-axis search."""
+    """One path: the binary search (or, with ``engine="model"`` and crossing first, the
+    search as one posterior); several axes (or a patch set): the multi-axis search."""
     if plans:
         axis_plans = [AxisPlan.from_json(p) for p in plans]
         return MultiAxisEngine(path[0], path[-1], axis_plans, policy, threshold)
+    if engine == "model" and not policy.all_steps:
+        # Duck-typed: ModelEngine has every attribute the driver and the report read
+        # (tests/test_model_engine.py runs a whole session through it).
+        return cast(Engine, ModelEngine(path, policy, threshold))
     return Engine(path, policy, threshold)
 
 
@@ -319,13 +330,13 @@ def _run_phases(
     policy = options.policy(experiment)
     proxy = ProxySpec.of(experiment.target.options) if experiment.target.kind == "sglang" else None
     if proxy is None:
-        engine = _engine(path, plans, policy, options.threshold)
+        engine = _engine(path, plans, policy, options.threshold, options.engine)
         driver.run(engine)
         return _descend(driver, _Phases(engine), plans, options, experiment)
     # The search runs on proxy launches. A given threshold is in the full model's units, so
     # the proxy's threshold is derived from its own endpoints; the given one is checked when
     # the full model confirms the culprit.
-    proxy_engine = _engine([c.as_proxy() for c in path], plans, policy, None)
+    proxy_engine = _engine([c.as_proxy() for c in path], plans, policy, None, options.engine)
     driver.run(proxy_engine)
     outcome = proxy_engine.outcome
     assert outcome is not None
@@ -334,7 +345,7 @@ def _run_phases(
             "the proxy launches do not show the regression between the endpoints "
             f"({outcome.message}); it may depend on the weights: the search ran on full launches"
         )
-        engine = _engine(path, plans, policy, options.threshold)
+        engine = _engine(path, plans, policy, options.threshold, options.engine)
         driver.run(engine)
         phases = _Phases(engine, proxy, proxy_engine, fallback)
         return _descend(driver, phases, plans, options, experiment)

@@ -55,6 +55,8 @@ class Policy:
     # Launches at once (the executor's slots): the search proposes this many points per round,
     # splitting the bracket into slots + 1 parts (k-ary search); 1 is binary search.
     slots: int = 1
+    # The posterior the crossing must reach to be named (the model engine's stop rule).
+    confidence: float = 0.99
     noise: NoiseModel = field(default_factory=NoiseModel)
 
     def __post_init__(self) -> None:

@@ -115,6 +115,21 @@ def start(
         help="When the crossing is a merge commit, stop there instead of searching the commits "
         "its branch brought in (merge base to the merge's second parent).",
     ),
+    engine: str = typer.Option(
+        "rules",
+        "--engine",
+        metavar="rules|model",
+        help="The search engine: 'rules' (default) or 'model' (one posterior decides every "
+        "launch and the stop; crossing first on one path, else the rules).",
+    ),
+    confidence: float = typer.Option(
+        0.99,
+        "--confidence",
+        min=0.5,
+        max=0.9999,
+        metavar="<p>",
+        help="With --engine model: the crossing's posterior to reach before naming it.",
+    ),
     fresh: bool = typer.Option(
         False,
         "--fresh",
@@ -166,6 +181,8 @@ def start(
 
     if threshold_ms is not None and not threshold_ms > 0:
         raise UsageError(f"--threshold-ms {threshold_ms:g}: must be above 0 ms")
+    if engine not in ("rules", "model"):
+        raise UsageError(f"--engine {engine}: must be 'rules' or 'model'")
     host = HostOptions(ssh_config, accept_new_host_key)
     if from_change is not None or good is None or bad is None:
         from perfbisect.cli.watch_cmd import endpoints_from_change
@@ -205,6 +222,8 @@ def start(
                 all_steps,
                 0.0 if fresh else 7.0,
                 slots,
+                engine,
+                confidence,
                 descend_merges=not no_descend_merges,
             ),
             name=name,

@@ -1,0 +1,292 @@
+"""The search's state as one posterior: where the first configuration at or past the threshold
+lies, given every launch in the order it ran, on a machine whose load comes and goes.
+
+What it assumes (every rule of the search follows from these and nothing else):
+
+* positions: the crossing is at any position of the path with equal prior (a configuration that
+  cannot run can still be the crossing; it only cannot be measured). Given the crossing ``c``,
+  every measured point before ``c`` is *below* the threshold and every one from ``c`` on is
+  *past* it. The measured points cut the path into gaps; the crossing's posterior is exact over
+  the gaps and even within one (nothing inside a gap was measured);
+* levels: a point below lies at the good endpoint's level, or at the level of a plateau between
+  that and the threshold (one level for the points measured there); a point past lies at the
+  bad endpoint's level, or at a plateau's clearly past the threshold and apart from it (a later commit took part
+  of it back, or creep). A derived threshold is the geometric midpoint of the endpoints'
+  levels, and those levels are read from the endpoints' launches the chain holds normal;
+* launches: log-normal around their point's level with the session's noise, except lone
+  outliers (``OUTLIER`` of launches, 1.15-3x slower, never faster) and the machine's state;
+* the machine: normal, or busy with one slow-down factor (a grid over 1.15-3x) kept while a
+  busy period lasts, following a Markov chain over the launch order. Two chains are weighed
+  by how well each explains the launches: a quiet machine (periods rare) and a shared one
+  (periods start after about one launch in twenty and last about ten). Back-to-back launches
+  of two points in one busy period share its factor, which is what lets a pair tell a step
+  from a slow period.
+
+The forward algorithm runs once per gap (vectorised over gaps and both chains), so the
+posterior is exact for the model, not a point estimate of the machine's state. Pure numpy,
+no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from perfbisect.bisect.posterior import _log_normal_grid, _log_slow_grid
+
+OUTLIER = 0.03  # lone slow launches, whatever the machine's state
+# (start, stay, prior weight): a quiet machine and a shared one whose busy periods last ~12
+CHAINS = ((0.002, 0.5, 0.5), (0.05, 0.92, 0.5))
+SWITCH = 0.05  # a busy launch's chance of a factor other than the one before it
+# The endpoints' launches ran in one busy period, slowed by one of these factors (log), with
+# these priors (the first: they did not).
+SHIFTS = np.log(np.asarray([1.0, 1.5, 2.0, 2.5]))
+_SHIFT_PRIOR = np.log(np.asarray([0.94, 0.02, 0.02, 0.02]))
+# The busy states' slow-downs (log-spaced): another job's share of the machine slows it by 1.3x
+# or more; less than that is a level's business (a plateau, creep), not the machine's.
+BUSY_LO, BUSY_HI = 1.3, 3.0
+_K = 12
+_F = np.linspace(math.log(BUSY_LO), math.log(BUSY_HI), _K)
+_BUSY_SPREAD = 0.5 * (_F[1] - _F[0])  # half the grid's spacing, added to the noise
+
+
+@dataclass(frozen=True)
+class Belief:
+    """The posterior after the launches so far. ``points``: the measured positions in path
+    order (0 and the bad end first and last); ``gap[j]`` (j >= 1): the probability that the
+    crossing lies in (points[j-1], points[j]]; ``busy_next``: each machine state's probability
+    for the next launch (0 normal, then the busy factors); ``good``/``bad``/``threshold`` in
+    log time; ``below``/``past``: the level of a plateau on either side (log time; the end's level
+    where the launches show none)."""
+
+    points: NDArray[np.int64]
+    gap: NDArray[np.float64]
+    busy_next: NDArray[np.float64]
+    good: float
+    bad: float
+    threshold: float
+    below: float
+    past: float
+    sd: float
+    level_bits: float = 0.0  # bits about the crossing the endpoints' levels' doubt holds
+    end_launches: tuple[int, int] = (1, 1)  # launches of the good and the bad end
+
+    def crossing_at(self, position: int) -> float:
+        """The probability that ``position`` is the first past the threshold."""
+        j = int(np.searchsorted(self.points, position))
+        if j == 0 or j >= len(self.points):
+            return 0.0
+        size = int(self.points[j] - self.points[j - 1])
+        return float(self.gap[j]) / size
+
+    def cdf(self) -> NDArray[np.float64]:
+        """``cdf[x]``: the probability that the crossing is at or before position x (0..n)."""
+        n = int(self.points[-1])
+        per = np.zeros(n + 1)
+        for j in range(1, len(self.points)):
+            a, b = int(self.points[j - 1]), int(self.points[j])
+            per[a + 1 : b + 1] = self.gap[j] / (b - a)
+        return np.cumsum(per)
+
+    def best(self) -> tuple[int, float]:
+        """The likeliest crossing and its probability."""
+        sizes = np.diff(self.points)
+        per = self.gap[1:] / sizes
+        j = int(np.argmax(per)) + 1
+        return int(self.points[j - 1] + 1) if sizes[j - 1] > 1 else int(self.points[j]), float(
+            per[j - 1]
+        )
+
+
+def point_level(xs: NDArray[np.float64]) -> float:
+    """A point's own level from its launches (log): the median of those within 15% of the
+    fastest (slow launches are never fast; the fastest alone where no other agrees)."""
+    close = xs[xs <= np.min(xs) + math.log(1.15)]
+    return float(np.median(close))
+
+
+def _emissions(
+    xs: NDArray[np.float64], levels: NDArray[np.float64], sd: float
+) -> NDArray[np.float64]:
+    """Log-density of each launch in each machine state (normal, then the busy factors), its
+    point at ``levels`` (per launch)."""
+    spread = math.hypot(sd, _BUSY_SPREAD)
+    u = xs - levels
+    loose = math.log(OUTLIER) + _log_slow_grid(u)
+    normal = np.logaddexp(math.log(1 - OUTLIER) + _log_normal_grid(u, sd), loose)
+    busy = np.logaddexp(
+        math.log(1 - OUTLIER) + _log_normal_grid(u[:, None] - _F[None, :], spread),
+        loose[:, None],
+    )
+    return np.asarray(np.concatenate([normal[:, None], busy], axis=1), dtype=np.float64)
+
+
+def _side_levels(
+    xs: NDArray[np.float64],
+    idx: NDArray[np.int64],
+    points: int,
+    end: float,
+    plateau: float,
+    sd: float,
+) -> NDArray[np.float64]:
+    """Each launch's level on one side: its point's, the end's level or the side's plateau,
+    whichever its launches fit best (normal or a lone outlier; levels come in runs, so a point
+    on a plateau pays nothing for it, launch by launch)."""
+    scores = []
+    for level in (end, plateau):
+        u = xs - level
+        per = np.logaddexp(
+            math.log(1 - OUTLIER) + _log_normal_grid(u, sd),
+            math.log(OUTLIER) + _log_slow_grid(u),
+        )
+        scores.append(np.bincount(idx, weights=per, minlength=points))
+    at_end = scores[0] >= scores[1]
+    return np.where(at_end, end, plateau)[idx]
+
+
+def _transitions() -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Per chain: the transition matrix (states x states) and the first launch's state."""
+    mats, inits = [], []
+    for start, stay, _ in CHAINS:
+        m = np.zeros((_K + 1, _K + 1))
+        m[0, 0] = 1 - start
+        m[0, 1:] = start / _K
+        m[1:, 0] = 1 - stay
+        m[1:, 1:] = stay * SWITCH / (_K - 1)
+        np.fill_diagonal(m[1:, 1:], stay * (1 - SWITCH))
+        mats.append(m)
+        busy = start / (1 - stay + start)
+        inits.append(np.concatenate([[1 - busy], np.full(_K, busy / _K)]))
+    return np.asarray(mats), np.asarray(inits)
+
+
+_TRANS, _INIT = _transitions()
+_CHAIN_PRIOR = np.log(np.asarray([w for _, _, w in CHAINS]))
+
+
+def _forward(
+    emit_below: NDArray[np.float64],
+    emit_past: NDArray[np.float64],
+    idx: NDArray[np.int64],
+    gaps: int,
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """The forward algorithm for every chain, level shift and gap at once (emissions per
+    shift, launch and state): the log-likelihood per (chain, shift, gap) and the last
+    launch's filtered state per (chain, shift, gap)."""
+    js = np.arange(1, gaps + 1)
+    past = idx[None, :] >= js[:, None]  # (gap, launch): the launch's point is past
+    h, d = len(CHAINS), emit_below.shape[0]
+    alpha = np.broadcast_to(_INIT[:, None, None, :], (h, d, gaps, _K + 1)).copy()
+    loglik = np.zeros((h, d, gaps))
+    for t in range(len(idx)):
+        e = np.where(past[None, :, t, None], emit_past[:, None, t, :], emit_below[:, None, t, :])
+        top = e.max(axis=2, keepdims=True)
+        if t > 0:
+            alpha = np.einsum("hdgs,hsr->hdgr", alpha, _TRANS)
+        f = alpha * np.exp(e - top)[None]
+        c = f.sum(axis=3)
+        loglik += np.log(c) + top[None, ..., 0]
+        alpha = f / c[..., None]
+    return loglik, alpha
+
+
+def believe(
+    launches: Sequence[tuple[int, float]],
+    n: int,
+    threshold: float | None,
+    sd: float,
+) -> Belief:
+    """The posterior given ``launches`` ((position, value in time terms: larger is worse), in
+    the order they ran; both endpoints among them), a path of positions 0..n, the threshold
+    (time terms; None: derived from the endpoints) and the session's relative noise."""
+    sd = max(sd, 0.01)
+    pos = np.asarray([p for p, _ in launches], dtype=np.int64)
+    xs = np.log(np.asarray([v for _, v in launches], dtype=np.float64))
+    points = np.unique(pos)
+    idx = np.searchsorted(points, pos)
+    own = np.asarray([point_level(xs[idx == i]) for i in range(len(points))])
+    good, bad = _end_levels((xs[idx == 0], xs[idx == len(points) - 1]), own, threshold, sd)
+    n_good, n_bad = int(np.sum(idx == 0)), int(np.sum(idx == len(points) - 1))
+    gaps = len(points) - 1
+    levels, e_below, e_past = [], [], []
+    # Only launches that no level read from the endpoints explains make the shifts worth
+    # weighing: something faster than the good level, or the bad end below the threshold.
+    t_first = math.log(threshold) if threshold is not None else (good + bad) / 2
+    doubted = bool(np.any(xs < good - 3 * sd)) or bool(np.any(xs[idx == len(points) - 1] < t_first))
+    for shift in SHIFTS if doubted else SHIFTS[:1]:
+        # The endpoints' launches may all have run in one busy period: their levels (and a
+        # derived threshold, midway between them: geometric, as noise is relative) lower by
+        # one of these factors is a hypothesis the later launches weigh.
+        g, b = good - shift, bad - shift
+        t_log = math.log(threshold) if threshold is not None else (g + b) / 2
+        lo, hi = _plateaus(own, g, b, t_log, sd)
+        levels.append((g, b, t_log, lo, hi))
+        e_below.append(_emissions(xs, _side_levels(xs, idx, len(points), g, lo, sd), sd))
+        e_past.append(_emissions(xs, _side_levels(xs, idx, len(points), b, hi, sd), sd))
+    loglik, alpha = _forward(np.asarray(e_below), np.asarray(e_past), idx, gaps)
+    sizes = np.diff(points).astype(np.float64)
+    score = loglik + _CHAIN_PRIOR[:, None, None] + _SHIFT_PRIOR[None, : len(levels), None]
+    score = score + np.log(sizes)[None, None, :]
+    w = np.exp(score - score.max())
+    gap = np.concatenate([[0.0], w.sum(axis=(0, 1)) / w.sum()])
+    nxt = np.einsum("hdgs,hsr->hdgr", alpha, _TRANS)
+    busy_next = (w[..., None] * nxt).sum(axis=(0, 1, 2)) / w.sum()
+    by_level = w.sum(axis=0)  # (shift, gap)
+    weight = by_level.sum(axis=1)
+    given = by_level / np.maximum(weight, 1e-300)[:, None]
+    # What the endpoints' levels' uncertainty costs: the bits about the crossing that knowing
+    # them would give (launching an endpoint again buys part of them).
+    level_bits = float(_entropy(gap[1:])) - float(np.sum(weight / weight.sum() * _entropy(given)))
+    g, b, t_log, lo, hi = levels[int(np.argmax(weight))]
+    return Belief(
+        points, gap, busy_next, g, b, t_log, lo, hi, sd, max(0.0, level_bits), (n_good, n_bad)
+    )
+
+
+def _entropy(p: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Entropy in bits over the last axis."""
+    q = np.clip(p, 1e-300, None)
+    return np.asarray(-(p * np.log2(q)).sum(axis=-1), dtype=np.float64)
+
+
+def _end_levels(
+    ends: tuple[NDArray[np.float64], NDArray[np.float64]],
+    own: NDArray[np.float64],
+    threshold: float | None,
+    sd: float,
+) -> tuple[float, float]:
+    """The levels of the good and the bad run (log): each end's launches pooled with the
+    points that measured at its level (within ``max(10%, 2.5 noise)`` of its own level, two points at least,
+    on its side of the threshold), so that two launches of an end that happened to run fast
+    or slow do not set the levels (and a derived threshold) alone."""
+    good, bad = float(own[0]), float(own[-1])
+    tol = max(math.log(1.1), 2.5 * sd)
+    inner = own[1:-1]
+    t_log = math.log(threshold) if threshold is not None else (good + bad) / 2
+    out = []
+    for launches, side in zip(ends, (inner < t_log, inner >= t_log)):
+        centre = point_level(launches)
+        near = inner[side & (np.abs(inner - centre) <= tol)]
+        mine = launches[np.abs(launches - centre) <= tol]
+        out.append(float(np.median(np.concatenate([mine, near]))) if len(near) >= 2 else None)
+    return (out[0] if out[0] is not None else good), (out[1] if out[1] is not None else bad)
+
+
+def _plateaus(
+    own: NDArray[np.float64], good: float, bad: float, t_log: float, sd: float
+) -> tuple[float, float]:
+    """The level of a plateau on each side, shared by every point on it (levels come in runs:
+    a plateau's points pool their launches, and a point that reads like the plateau is not
+    past the threshold by a level of its own). Below: the points between the good level and
+    the threshold; past: the points clearly past it but clearly apart from the bad level (a
+    later commit took part of it back). The end's level where no point shows one."""
+    inner = own[1:-1]
+    lower = inner[(inner > good + 3 * sd) & (inner < t_log)]
+    upper = inner[(inner >= t_log + 3 * sd) & (np.abs(inner - bad) > 3 * sd)]
+    below = float(np.median(lower)) if len(lower) else good
+    past = float(np.median(upper)) if len(upper) else bad
+    return below, past

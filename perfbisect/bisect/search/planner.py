@@ -1,0 +1,148 @@
+"""Which launch(es) next: the one whose result is expected to tell the most about where the
+crossing is, per unit of cost (expected information gain, in bits).
+
+A launch at position x reads "past" or "below" the threshold. Its reading says which side x is
+on, so it speaks about the crossing through ``q = P(crossing <= x)`` alone, and it can err: a
+point below read past when the launch runs slow (the machine's state for the next launch comes
+from the posterior: a busy period that is likely still going makes every single launch worth
+less), a point past read below only through noise. The gain is the mutual information between
+the reading and x's side. Candidates are every position that can be launched, measured or not:
+launching a measured point or an endpoint again is a candidate like any other, so re-checks are
+chosen when they are worth it, not by a rule of their own.
+
+A pair (two neighbouring measured points launched back to back, A then B) reads "a step lies
+between them" or not from the ratio of its two launches: a busy period slows both alike, so
+the pair errs only when the machine's state changes between its two launches. It costs two
+launches; it wins when the machine is likely busy, where single launches read little.
+
+With k slots the k positions are chosen greedily to split the posterior's mass into the most
+even parts (what k readings at once can at best tell apart).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from perfbisect.bisect.search.model import _F as _BUSY_F
+from perfbisect.bisect.search.model import CHAINS, OUTLIER, SWITCH, Belief
+
+_F = np.concatenate([[0.0], _BUSY_F])  # log slow-down per machine state
+_SLOW = (math.log(1.15), math.log(3.0))
+_STAY = max(stay for _, stay, _ in CHAINS) * (1 - SWITCH)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Positions to launch next, in order; ``pair``: they are a back-to-back pair."""
+
+    positions: tuple[int, ...]
+    pair: bool
+    gain: float  # expected bits per launch
+
+
+def _h(p: NDArray[np.float64]) -> NDArray[np.float64]:
+    p = np.clip(p, 1e-12, 1 - 1e-12)
+    return np.asarray(-(p * np.log2(p) + (1 - p) * np.log2(1 - p)), dtype=np.float64)
+
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def _above(d: NDArray[np.float64], sd: float) -> NDArray[np.float64]:
+    """P(normal noise > d), elementwise."""
+    erf = np.asarray(_erf(d / (sd * math.sqrt(2))), dtype=np.float64)
+    return np.asarray(0.5 * (1 - erf), dtype=np.float64)
+
+
+def _read_past_when_below(level: NDArray[np.float64], b: Belief) -> NDArray[np.float64]:
+    """For points below at ``level`` (log): the chance the next launch reads past."""
+    d = b.threshold - level[:, None] - _F[None, :]  # how far the threshold is, per state
+    per_state = _above(d, b.sd)
+    slow_part = np.clip(
+        (_SLOW[1] - np.maximum(b.threshold - level, _SLOW[0])) / (_SLOW[1] - _SLOW[0]), 0, 1
+    )
+    per = (1 - OUTLIER) * per_state + OUTLIER * slow_part[:, None]
+    return np.asarray(per @ b.busy_next, dtype=np.float64)
+
+
+def _read_below_when_past(level: NDArray[np.float64], b: Belief) -> NDArray[np.float64]:
+    d = b.threshold - level  # <= 0: past; slow launches only read further past
+    return np.asarray((1 - OUTLIER) * b.busy_next[0] * (1 - _above(d, b.sd)), dtype=np.float64)
+
+
+def single_gains(
+    b: Belief, cdf: NDArray[np.float64], launchable: NDArray[np.bool_]
+) -> NDArray[np.float64]:
+    """Expected bits from one launch at each position 0..n (0 where it cannot launch)."""
+    n = len(cdf) - 1
+    below_lv = np.full(n + 1, b.good)
+    past_lv = np.full(n + 1, b.bad)
+    e_bp = _read_past_when_below(below_lv, b)
+    e_pb = _read_below_when_past(past_lv, b)
+    q = cdf
+    read_past = q * (1 - e_pb) + (1 - q) * e_bp
+    gain = _h(read_past) - q * _h(e_pb) - (1 - q) * _h(e_bp)
+    return np.where(launchable, gain, 0.0)
+
+
+def pair_gains(b: Belief) -> NDArray[np.float64]:
+    """Expected bits from a back-to-back pair of each two neighbouring measured points
+    (index j: points[j-1] then points[j])."""
+    p = b.gap[1:]
+    busy = 1 - b.busy_next[0]
+    # The pair's ratio misleads when the state changes between its two launches, or a lone
+    # outlier hits one of them.
+    start = max(s for s, _, _ in CHAINS)
+    err = 2 * OUTLIER + (1 - busy) * start + busy * (1 - _STAY)
+    read = p * (1 - err) + (1 - p) * err
+    return np.asarray(_h(read) - _h(np.full_like(p, err)), dtype=np.float64)
+
+
+def plan(b: Belief, launchable: NDArray[np.bool_], slots: int) -> Plan:
+    """The next launch(es) by expected information gain per launch."""
+    cdf = b.cdf()
+    singles = single_gains(b, cdf, launchable)
+    x = int(np.argmax(singles))
+    pairs = pair_gains(b)
+    j = int(np.argmax(pairs)) + 1 if len(pairs) else 0
+    if j and pairs[j - 1] / 2 > singles[x]:
+        return Plan((int(b.points[j - 1]), int(b.points[j])), True, float(pairs[j - 1] / 2))
+    # An endpoint launched again narrows the endpoints' levels (and a derived threshold): it
+    # buys its share of the bits their doubt holds about the crossing.
+    n_good, n_bad = b.end_launches
+    n = len(cdf) - 1
+    end, end_gain = max(
+        ((0, b.level_bits / (n_good + 1)), (n, b.level_bits / (n_bad + 1))), key=lambda e: e[1]
+    )
+    if end_gain > singles[x] and launchable[end]:
+        return Plan((end,), False, end_gain)
+    picks = [x]
+    while len(picks) < min(slots, int(launchable.sum())):
+        picks.append(_split_most(cdf, picks, launchable))
+    return Plan(tuple(sorted(picks)), False, float(singles[x]))
+
+
+def _split_most(cdf: NDArray[np.float64], cuts: list[int], launchable: NDArray[np.bool_]) -> int:
+    """The launchable position that, added to ``cuts``, splits the posterior's mass into the
+    most even parts (the largest gain in the partition's entropy)."""
+    edges = sorted({*cuts, -1, len(cdf) - 1})
+    mass_at = np.concatenate([[0.0], cdf])  # mass_at[x + 1] = cdf[x]
+    positions = np.arange(len(cdf))
+    seg = np.searchsorted(np.asarray(edges), positions, side="left")
+    seg = np.clip(seg, 1, len(edges) - 1)
+    lo = np.asarray(edges)[seg - 1]
+    hi = np.asarray(edges)[seg]
+    total = mass_at[hi + 1] - mass_at[lo + 1]
+    left = mass_at[positions + 1] - mass_at[lo + 1]
+    right = total - left
+
+    def xlogx(v: NDArray[np.float64]) -> NDArray[np.float64]:
+        return np.asarray(np.where(v > 1e-15, v * np.log(np.maximum(v, 1e-15)), 0.0))
+
+    gain = xlogx(total) - xlogx(left) - xlogx(right)
+    gain = np.where(launchable & ~np.isin(positions, cuts), gain, -1.0)
+    return int(np.argmax(gain))

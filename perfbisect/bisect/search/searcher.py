@@ -1,0 +1,244 @@
+"""The search as one model: the driver's interface (``next_batch``/``feed``, verdicts, the
+outcome) over the posterior (model.py), the information rule that picks launches (planner.py)
+and the stop rule (stop.py).
+
+After the endpoints (launched interleaved, B G B, until they differ), every step is the same:
+compute the posterior of the crossing from every launch in the order it ran; stop if it names
+the crossing at the target confidence (``Policy.confidence``, 99% by default) or the launch
+budget is spent; else launch what the planner says tells most per launch. "Verified" means the
+named bracket's two sides were launched back to back (A B) and the posterior with that pair in
+it is still at the target. Every verdict the report shows is the posterior's reading of a
+point's side. No rule of its own sets launches aside, re-checks a point or re-measures an
+endpoint: those are launches the planner picks when they are worth most.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from perfbisect.bisect.engine_state import EngineState, _Search
+from perfbisect.bisect.search.model import Belief, believe, point_level
+from perfbisect.bisect.search.planner import plan
+from perfbisect.bisect.search.stop import launches_to_target, likeliest, named
+from perfbisect.bisect.stats import Verdict, difference, launch_times
+from perfbisect.bisect.values import Culprit, Purpose, Status
+from perfbisect.config import Configuration
+
+_TOP_BUDGET = 12  # launches per halving of the path (3 per halving, x4: the rule engine's)
+_SURE = 0.9  # a point's verdict: GOOD / BAD when its side has this posterior
+
+
+class ModelEngine(EngineState):
+    """The crossing-first search over one path, decided by one posterior."""
+
+    def __init__(
+        self,
+        path: Sequence[Configuration],
+        policy: object = None,
+        threshold: float | None = None,
+    ) -> None:
+        self.belief: Belief | None = None
+        self._pairs: set[tuple[int, int]] = set()  # brackets launched back to back
+        super().__init__(path, policy, threshold)  # type: ignore[arg-type]
+
+    # --- what the report asks of every engine -------------------------------------------
+    def creep(self, steps: object, seen: object) -> list[tuple[int, int]]:
+        return []
+
+    def beyond_bad_end(self) -> None:
+        return None
+
+    # --- the search -------------------------------------------------------------------------
+    def _run(self) -> _Search:
+        n = self.bad_end
+        p = self.policy
+        ends = [n, 0] * max(p.bad_endpoint_launches, p.good_endpoint_launches)
+        first = [
+            x
+            for i, x in enumerate(ends)
+            if (x == n and i // 2 < p.bad_endpoint_launches)
+            or (x == 0 and i // 2 < p.good_endpoint_launches)
+        ]
+        yield self._request(first, Purpose.ENDPOINT)
+        extra = 0
+        while True:
+            broken = [e for e in (0, n) if e in self.skip_reason]
+            if broken:
+                which = "good" if broken[0] == 0 else "bad"
+                self._finish(
+                    Status.NOT_REPRODUCED,
+                    f"the {which} endpoint could not be measured: {self.skip_reason[broken[0]]}",
+                )
+                return
+            if self._ends_differ():
+                break
+            if extra >= p.endpoint_confirm_launches:
+                self._finish(Status.NOT_REPRODUCED, self._not_reproduced())
+                return
+            extra += 1
+            yield self._request([0, n], Purpose.ENDPOINT)
+        budget = _TOP_BUDGET * p.min_launches * (math.ceil(math.log2(max(2, n))) + 3)
+        start = self.launch_count
+        target = p.confidence
+        while True:
+            b = self._believe()
+            found = named(b, target, self._unlaunchable())
+            if found is not None and (found.lo, found.hi) not in self._pairs:
+                # The stop rule would name it (a configuration, or a range around ones that
+                # cannot run): its two sides back to back first, so that a busy period cannot
+                # have made the step (the pair enters the posterior).
+                yield self._request([found.lo, found.hi], Purpose.VERIFY)
+                self._pairs.add((found.lo, found.hi))
+                continue
+            if found is not None:
+                self._name(found.lo, found.hi, found.probability, verified=found.one)
+                return
+            launchable = self._launchable(b)
+            if self.launch_count - start > budget or not launchable.any():
+                best = likeliest(b)
+                more = launches_to_target(b, target)
+                why = (
+                    f"the launch budget ({budget}) is spent"
+                    if launchable.any()
+                    else "nothing left to launch"
+                )
+                self.unresolved_why[(best.lo, best.hi)] = msg = (
+                    f"{why}: the crossing is in ({best.lo}, {best.hi}] with probability "
+                    f"{best.probability:.1%}; reaching {target:.0%} would take about {more} "
+                    "more launches"
+                )
+                self._finish(Status.AMBIGUOUS, msg, unresolved=((best.lo, best.hi),))
+                return
+            picked = plan(b, launchable, p.slots)
+            yield self._request(
+                list(picked.positions), Purpose.VERIFY if picked.pair else Purpose.SEARCH
+            )
+            if picked.pair:
+                self._pairs.add((picked.positions[0], picked.positions[1]))
+
+    def _believe(self) -> Belief:
+        at = [0] * len(self.in_order)
+        for position, indices in self.seq.items():
+            for i in indices:
+                at[i] = position
+        times = launch_times(self.in_order, self.policy.higher_is_better)
+        assert times is not None, "launch values must be positive"
+        t = self.threshold if self.fixed_threshold else None
+        if t is not None and self.policy.higher_is_better:
+            t = 1 / t
+        b = believe(list(zip(at, times)), self.bad_end, t, self.rel_sd())
+        self.belief = b
+        if not self.fixed_threshold:
+            level = math.exp(b.threshold)
+            self.threshold = 1 / level if self.policy.higher_is_better else level
+        self._read_verdicts(b)
+        return b
+
+    def _read_verdicts(self, b: Belief) -> None:
+        cdf = b.cdf()
+        for position in b.points.tolist():
+            below = 1 - float(cdf[position])
+            verdict = (
+                Verdict.GOOD
+                if below >= _SURE
+                else Verdict.BAD
+                if below <= 1 - _SURE
+                else Verdict.UNCLEAR
+            )
+            if self.verdicts.get(position) is not verdict:
+                self._set_verdict(position, verdict)
+        for position in self.skip_reason:
+            if position not in self.verdicts:
+                self._set_verdict(position, Verdict.SKIP)
+
+    def _unlaunchable(self) -> set[int]:
+        return set(self.skip_reason) | self.gave_up
+
+    def _launchable(self, b: Belief) -> np.ndarray:
+        ok = np.ones(self.bad_end + 1, dtype=bool)
+        for position in self._unlaunchable():
+            ok[position] = False
+        cap = 3 * self.policy.max_launches
+        for position, values in self.launches.items():
+            if len(values) >= cap:
+                ok[position] = False
+        return ok
+
+    def _ends_differ(self) -> bool:
+        """The endpoints' levels as the model reads them (slow launches never fast: the
+        fastest agreeing ones) differ by the minimum effect beyond the noise, or so do their
+        launches back to back (a busy period slows both launches of a neighbouring pair
+        alike), or they fall on either side of a given threshold."""
+        good, bad = self.launches.get(0), self.launches.get(self.bad_end)
+        if not good or not bad:
+            return False
+        hib = self.policy.higher_is_better
+        g_t, b_t = launch_times(good, hib), launch_times(bad, hib)
+        assert g_t is not None and b_t is not None, "launch values must be positive"
+        g = point_level(np.log(np.asarray(g_t)))
+        b = point_level(np.log(np.asarray(b_t)))
+        if self.fixed_threshold:
+            assert self.threshold is not None
+            t = self.threshold
+            return g < math.log(1 / t if hib else t) <= b
+        floor = math.log(1 + self.policy.min_effect)
+        noise = self.policy.noise.z * self.rel_sd() * math.sqrt(1 / len(good) + 1 / len(bad))
+        return b - g >= max(floor, noise) or self._pairs_differ(floor)
+
+    def _pairs_differ(self, floor: float) -> bool:
+        """The median log ratio (bad over good) of the endpoints' launches that ran next to
+        each other reaches ``floor`` and its noise."""
+        at = {i: p for p, seq in self.seq.items() if p in (0, self.bad_end) for i in seq}
+        times = launch_times(self.in_order, self.policy.higher_is_better)
+        assert times is not None
+        ratios = [
+            math.log(times[i + 1] / times[i]) * (1 if at[i] == 0 else -1)
+            for i in range(len(times) - 1)
+            if i in at and i + 1 in at and at[i] != at[i + 1]
+        ]
+        if len(ratios) < 3:
+            return False
+        noise = self.policy.noise.z * self.rel_sd() * math.sqrt(2 / len(ratios))
+        return float(np.median(ratios)) >= max(floor, noise)
+
+    def _not_reproduced(self) -> str:
+        g = self._estimate(self.launches[0]).median
+        b = self._estimate(self.launches[self.bad_end]).median
+        if self.fixed_threshold:
+            return (
+                f"the endpoints do not fall on either side of the threshold {self.threshold:g} "
+                f"(good {g:g}, bad {b:g})"
+            )
+        return f"the bad endpoint ({b:g}) is not clearly worse than the good one ({g:g})"
+
+    def _name(self, lo: int, hi: int, probability: float, verified: bool) -> None:
+        a, b = self.launches.get(lo, []), self.launches.get(hi, [])
+        if a and b:
+            effect = difference(self._core(a), self._core(b), self.rel_sd(), self.policy.noise.z)
+        else:
+            effect = difference([1.0], [1.0], 0.0, 0.0)
+        note = None
+        if not verified:
+            note = f"positions {lo + 1}..{hi - 1} cannot be launched"
+        culprit = Culprit(self.point(lo), self.point(hi), effect, verified, note, probability)
+        n = self.bad_end
+        if not verified:
+            self.unresolved_why[(lo, hi)] = note or ""
+            self._finish(
+                Status.AMBIGUOUS,
+                f"the crossing is in ({lo}, {hi}] with probability {probability:.1%}; {note}",
+                unresolved=((lo, hi),),
+            )
+            return
+        self._finish(
+            Status.FOUND,
+            f"first bad configuration at position {hi} of {n} "
+            f"(posterior {probability:.1%}, with its last good launched back to back)",
+            culprit,
+        )
+
+
+__all__ = ["ModelEngine"]
