@@ -115,7 +115,7 @@ def _emissions(
     """Log-density of each launch in each machine state (normal, then the busy factors), its
     point at ``levels`` (per launch)."""
     spread = math.hypot(sd, _BUSY_SPREAD)
-    u = xs - levels
+    u = np.asarray(xs - levels, dtype=np.float64)  # numpy 2.2's stubs widen the difference
     loose = math.log(OUTLIER) + _log_slow_grid(u)
     normal = np.logaddexp(math.log(1 - OUTLIER) + _log_normal_grid(u, sd), loose)
     busy = np.logaddexp(
@@ -138,7 +138,7 @@ def _side_levels(
     on a plateau pays nothing for it, launch by launch)."""
     scores = []
     for level in (end, plateau):
-        u = xs - level
+        u = np.asarray(xs - level, dtype=np.float64)
         per = np.logaddexp(
             math.log(1 - OUTLIER) + _log_normal_grid(u, sd),
             math.log(OUTLIER) + _log_slow_grid(u),

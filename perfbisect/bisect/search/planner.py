@@ -70,7 +70,7 @@ def _read_past_when_below(level: NDArray[np.float64], b: Belief) -> NDArray[np.f
 
 
 def _read_below_when_past(level: NDArray[np.float64], b: Belief) -> NDArray[np.float64]:
-    d = b.threshold - level  # <= 0: past; slow launches only read further past
+    d = np.asarray(b.threshold - level, dtype=np.float64)  # <= 0: past; slow: further past
     return np.asarray((1 - OUTLIER) * b.busy_next[0] * (1 - _above(d, b.sd)), dtype=np.float64)
 
 

@@ -18,6 +18,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 
 from perfbisect.bisect.engine_state import EngineState, _Search
 from perfbisect.bisect.search.model import Belief, believe, point_level
@@ -139,7 +140,7 @@ class ModelEngine(EngineState):
 
     def _read_verdicts(self, b: Belief) -> None:
         cdf = b.cdf()
-        for position in b.points.tolist():
+        for position in (int(p) for p in b.points):
             below = 1 - float(cdf[position])
             verdict = (
                 Verdict.GOOD
@@ -157,7 +158,7 @@ class ModelEngine(EngineState):
     def _unlaunchable(self) -> set[int]:
         return set(self.skip_reason) | self.gave_up
 
-    def _launchable(self, b: Belief) -> np.ndarray:
+    def _launchable(self, b: Belief) -> NDArray[np.bool_]:
         ok = np.ones(self.bad_end + 1, dtype=bool)
         for position in self._unlaunchable():
             ok[position] = False
