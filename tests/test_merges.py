@@ -383,3 +383,17 @@ def test_a_branch_cut_from_a_slow_mainline_says_its_base_already_crosses(
     assert d["outcome"] == "base-crosses" and report["inside_culprit"] is None
     assert "is already past the threshold" in d["message"]
     same_numbers_in_every_view(cli, report["session"], tmp_path)
+
+
+def test_explain_takes_the_commit_inside_the_merge(cli: Cli, tmp_path: Path) -> None:
+    # The merge's own diff holds the whole branch; the pair to explain is the inside commit
+    # and its parent on the branch, as `git bisect` would have left them.
+    _, shas = _feature_history(tmp_path / "repo")
+    _experiment(tmp_path)
+    report = cli.bisect(shas["m1"], shas["m8"], "--no-explain")
+    assert _commit(report["inside_culprit"]) == shas["b6"]
+    why = cli.json("bisect", "explain", "--json")
+    assert why["good"]["config"] == {"commit": shas["b5"]}
+    assert why["bad"]["config"] == {"commit": shas["b6"]}
+    changes = [f["title"] for f in why["findings"] if f["kind"] == "change"]
+    assert any(f"{shas['b5'][:12]} -> {shas['b6'][:12]}" in t for t in changes), changes

@@ -60,7 +60,9 @@ def diagnostics(settings: ExplainSettings) -> dict[str, str]:
 def explain_session(
     store: Store, ref: str | None, on_stage: Stage | None = None, launches: int | None = None
 ) -> Explanation:
-    """Explain a finished session's culprit (its last good and first bad configuration)."""
+    """Explain a finished session's culprit (its last good and first bad configuration); when
+    the culprit is a merge with a commit inside it that crosses, that commit and its parent
+    on the branch: the merge's diff holds the whole branch, the inside pair one change."""
     row = find_session(store, ref)
     report = Report.from_json(row.result) if row.result else None
     if report is None or report.culprit is None:
@@ -68,10 +70,11 @@ def explain_session(
             f"session {row.id} has no verified culprit to explain; name the pair with "
             "--good and --bad instead"
         )
+    step = report.inside_culprit or report.culprit
     experiment = load_experiment(row.experiment_path)
     context = experiment.context()
-    good = Configuration.of(report.culprit.last_good, context)
-    bad = Configuration.of(report.culprit.first_bad, context)
+    good = Configuration.of(step.last_good, context)
+    bad = Configuration.of(step.first_bad, context)
     root = session_log_root(row.id, row.params.get("log_key")) / f"explain-{uuid.uuid4().hex[:8]}"
     first_seq = len(session_launches(store, row.id))
     return _explain(store, experiment, good, bad, row.id, first_seq, root, on_stage, launches)
