@@ -6,13 +6,12 @@ format where no GPU exists here) and from the stand-in SGLang's real processes."
 from __future__ import annotations
 
 import json
-import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Cli, layered_env
+from conftest import Cli
+from test_sglang_e2e import served_python  # noqa: F401 (a fixture)
 
 from perfbisect.explain.evidence import LaunchEvidence
 from perfbisect.explain.findings import rank
@@ -25,7 +24,6 @@ REAL_TRACE = (
     Path(__file__).parents[1]
     / "docs/examples/explain_gpu/out_h200_tp1/trace.0000-good.rank0.json.gz"
 )
-STANDIN = Path(__file__).with_name("standin_sglang") / "sglang"
 
 
 def _x(cat: str, name: str, ts: float, dur: float, tid: int = 1, **args: Any) -> dict[str, Any]:
@@ -178,14 +176,6 @@ def test_a_batch_above_the_captured_sizes_is_named_from_records_and_the_log(
     assert not batch_findings(good, good)
 
 
-@pytest.fixture(scope="module")
-def served_python(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A real environment whose site-packages holds the stand-in `sglang` package."""
-    python, site_dir = layered_env(sys.executable, tmp_path_factory.mktemp("sglang-env") / "venv")
-    shutil.copytree(STANDIN, Path(site_dir) / "sglang")
-    return str(python)
-
-
 STANDIN_EXPERIMENT = """
 [target]
 kind = "sglang"
@@ -218,7 +208,9 @@ skip = 2
 
 
 def test_the_stand_in_sglang_names_the_batch_above_the_captured_sizes(
-    cli: Cli, tmp_path: Path, served_python: str
+    cli: Cli,
+    tmp_path: Path,
+    served_python: str,  # noqa: F811 (the fixture)
 ) -> None:
     """The DeepSeek-V3 proxy's mechanism, on CPU: --cuda-graph-max-bs 2 below a running batch
     of 4 (the stand-in runs such verifies eagerly, as SGLang does); the explanation names it

@@ -130,6 +130,19 @@ def environment_findings(
     return out
 
 
+def _env_claim(
+    side: Side, process: Mapping[str, Any], names: list[str], claim: str, evidence: str
+) -> Finding:
+    """A finding about tuning variables in one NCCL process's environment."""
+    return Finding(
+        "nccl",
+        f"{', '.join(names)} in the environment of pid {process['pid']} ({side.label} side){claim}",
+        None,
+        None,
+        evidence,
+    )
+
+
 def nccl_findings(good: Side, bad: Side) -> list[Finding]:
     out = []
     for side in (bad, good):
@@ -137,12 +150,11 @@ def nccl_findings(good: Side, bad: Side) -> list[Finding]:
             missing = process.get("not_taken") or []
             if missing:
                 out.append(
-                    Finding(
-                        "nccl",
-                        f"{', '.join(missing)} in the environment of pid {process['pid']} "
-                        f"({side.label} side) but not taken by its NCCL communicator(s)",
-                        None,
-                        None,
+                    _env_claim(
+                        side,
+                        process,
+                        missing,
+                        " but not taken by its NCCL communicator(s)",
                         "NCCL_DEBUG=INFO 'set by environment' lines vs the rank's environment",
                     )
                 )
@@ -151,13 +163,12 @@ def nccl_findings(good: Side, bad: Side) -> list[Finding]:
             untold = process.get("untold") or []
             if untold:
                 out.append(
-                    Finding(
-                        "nccl",
-                        f"{', '.join(untold)} in the environment of pid {process['pid']} "
-                        f"({side.label} side): its NCCL communicators have one rank, which NCCL "
-                        "does not tune, so its log cannot say whether they were taken",
-                        None,
-                        None,
+                    _env_claim(
+                        side,
+                        process,
+                        untold,
+                        ": its NCCL communicators have one rank, which NCCL does not tune, so "
+                        "its log cannot say whether they were taken",
                         "NCCL_DEBUG=INFO communicator lines (nranks 1) and the rank's environment",
                     )
                 )

@@ -69,16 +69,6 @@ class CompileCache:
             where += f"; left to the experiment's [env]: {', '.join(self.user_set)}"
         return where
 
-    def record(self) -> dict[str, object]:
-        return {
-            "key": self.key,
-            "dir": self.path,
-            "warm": self.warm,
-            "files": self.files,
-            "variables": [name for name, _ in self.variables],
-            "user_set": list(self.user_set),
-        }
-
 
 def installed_key(python: str, version: str) -> str:
     """The key of a ``build = "installed"`` interpreter's caches (it has no pin set)."""
