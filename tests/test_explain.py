@@ -455,3 +455,33 @@ def test_the_sglang_boot_hook_profiles_whole_cycles_with_their_stages(tmp_path: 
     # the timer kept timing every verify meanwhile
     (timing,) = (tmp_path / "timing").glob("verify.rank0.*.jsonl")
     assert len(timing.read_text().splitlines()) == 4
+
+
+def test_the_metric_delta_sets_outlier_launches_aside_as_the_report_does(tmp_path: Path) -> None:
+    # `perfbisect demo`'s session set aside the last good's slow search launch (21.2 ms against
+    # 12.1), and its report gave +89.68; the explanation's delta, from the same launches taken
+    # raw, said +85.10. Both now read them alike.
+    from conftest import EXPERIMENT as COMMAND_EXPERIMENT
+
+    from perfbisect.config import Configuration
+    from perfbisect.experiment import load_experiment
+    from perfbisect.explain.run import metric_delta
+    from perfbisect.store.database import Store
+    from perfbisect.store.records import LaunchRecord, record_launch
+
+    store = Store(f"sqlite:///{tmp_path / 'h.db'}")
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "perfbisect.toml").write_text(COMMAND_EXPERIMENT)
+    experiment = load_experiment(tmp_path / "perfbisect.toml")
+    good = Configuration.of({"commit": "a" * 40}, "ctx")
+    bad = Configuration.of({"commit": "b" * 40}, "ctx")
+    launches = [(good, 21.233626), (good, 12.076766), (bad, 107.4420045), (bad, 96.075478)]
+    for seq, (config, value) in enumerate(launches):
+        record_launch(
+            store,
+            LaunchRecord(None, seq, config.fingerprint, dict(config.values), "ctx", 0, "search",
+                         "verify_ms", [value], value),
+        )  # fmt: skip
+    delta, basis = metric_delta(store, experiment, good, bad, None, None)  # type: ignore[arg-type]
+    assert delta == pytest.approx(101.7587 - 12.0768, abs=1e-3)
+    assert basis == "1+2 ordinary launches (1 outlier launch set aside)"

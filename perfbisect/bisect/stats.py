@@ -153,6 +153,9 @@ def difference_with_spread(
 
 CORE_TOLERANCE = 0.15  # a launch this much slower than the best ones is not the same level
 OUTLIER_RATIO = 1.4  # a launch this many times slower than the best one is an outlier launch
+# The launch-to-launch noise assumed where launches from the history (of any session, or a
+# watched series) are reduced to one configuration's value and no session's fit is at hand.
+HISTORY_REL_SD = 0.04
 # Slow launches spread more than this times the noise are no level of their own: a burst's
 # launches (1.5-2x each) spread about twice the noise, a flaky configuration's slow mode like it
 # (taken for bursts in under 1% of flaky configurations with 6-10 launches, simulated).
@@ -211,3 +214,12 @@ def launch_outliers(launch_values: Sequence[float]) -> list[int]:
         return []
     centre = median(launch_values)
     return [i for i, x in enumerate(launch_values) if abs(x - centre) > 0.5 * abs(centre)]
+
+
+def history_value(values: Sequence[float], higher_is_better: bool = False) -> tuple[float, int]:
+    """One configuration's value from its launches in the history, and how many launches it
+    rests on: the median of those that agree on its level (``core_launches`` sets an outlier
+    launch aside, as a session's report does), so a watched series' point and an
+    explanation's delta read the launches as the report reads them."""
+    kept = core_launches(values, HISTORY_REL_SD, higher_is_better)
+    return float(statistics.median(kept)), len(kept)

@@ -14,7 +14,7 @@ from typing import Any
 from perfbisect.bisect.driver import measure_launch, session_log_root, slot_experiments
 from perfbisect.bisect.report_model import Report, counted
 from perfbisect.bisect.specs import resolve_endpoints
-from perfbisect.bisect.stats import median
+from perfbisect.bisect.stats import history_value, median
 from perfbisect.bisect.values import LaunchRequest, Purpose
 from perfbisect.config import COMMIT_AXIS, PATCHES_AXIS, Configuration
 from perfbisect.errors import UsageError
@@ -271,9 +271,16 @@ def metric_delta(
     inflates the diagnostic launches' own values), else from the diagnostic launches."""
     g, b = _ordinary(store, experiment, good), _ordinary(store, experiment, bad)
     if g and b:
-        g_values = [v.value for v in g if v.value is not None]
-        b_values = [v.value for v in b if v.value is not None]
-        return median(b_values) - median(g_values), f"{len(g)}+{len(b)} ordinary launches"
+        # Outlier launches set aside as the session's report sets them aside, so the delta
+        # here and the report's effect read the same launches.
+        higher = experiment.metric.higher_is_better
+        g_value, g_kept = history_value([v.value for v in g if v.value is not None], higher)
+        b_value, b_kept = history_value([v.value for v in b if v.value is not None], higher)
+        aside = len(g) + len(b) - g_kept - b_kept
+        basis = f"{g_kept}+{b_kept} ordinary launches"
+        if aside:
+            basis += f" ({aside} outlier {'launch' if aside == 1 else 'launches'} set aside)"
+        return b_value - g_value, basis
     g_med, b_med = side_median(g_side), side_median(b_side)
     if g_med is None or b_med is None:
         return None, "no launch gave a value on both sides"

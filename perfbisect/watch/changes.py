@@ -24,11 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from perfbisect.bisect.stats import core_launches
+from perfbisect.bisect.stats import history_value
 from perfbisect.errors import UsageError
-
-# The launch-to-launch noise assumed when a commit's launches are reduced to its value.
-LAUNCH_REL_SD = 0.04
 
 
 @dataclass(frozen=True)
@@ -102,8 +99,7 @@ class Change:
 def point_value(launch_values: Sequence[float], higher_is_better: bool = False) -> float:
     """One commit's value from its launches: the median of the launches that agree on its level
     (an outlier launch, 1.4x slower than the best, is set aside: ``core_launches``)."""
-    kept = core_launches(launch_values, LAUNCH_REL_SD, higher_is_better)
-    return float(statistics.median(kept))
+    return history_value(launch_values, higher_is_better)[0]
 
 
 def _level(values: Sequence[float]) -> Level:
