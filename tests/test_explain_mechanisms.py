@@ -508,14 +508,45 @@ def test_readings_of_a_moment_are_no_machine_finding() -> None:
 LIVE = Path(__file__).parent / "data" / "explain_h200"
 
 
-def _reread(name: str) -> tuple[Any, Any, Any]:
+def _reread(name: str, direction: int = 1) -> tuple[Any, Any, Any]:
     """A diagnostic pair of the H200 run (tests/data/explain_h200: its logs and one trace a
     side) judged again by the current rules."""
     from perfbisect.explain.judge import reread
 
     folder = LIVE / name
     launches = sorted(p for p in folder.iterdir() if p.is_dir())
-    return reread(launches, [folder / f"{name}.good.json.gz", folder / f"{name}.bad.json.gz"])
+    return reread(
+        launches, [folder / f"{name}.good.json.gz", folder / f"{name}.bad.json.gz"], direction
+    )
+
+
+def test_real_upstream_speedup_is_apportioned_like_a_slowdown() -> None:
+    """The culprit of the real upstream range (docs/examples/sglang_real, run 2), explained on
+    the H200: upstream #25464 (28c1a3cb45) made the verify FASTER (the experiment's
+    ``higher_is_better = true`` on verify_ms, so its "bad" side is the faster one). The good
+    side's V1 worker launches 15 kernels outside the verify's graph replay; #25464's V2 worker
+    none. The old rules apportioned only a positive delta, so every share read "n/a" and the
+    launch finding named "+0.000 ms in GEMM"."""
+    from perfbisect.explain.judge import verify_direction
+
+    direction = verify_direction("verify_ms", higher_is_better=True)
+    assert direction == -1
+    assert verify_direction("verify_ms", higher_is_better=False) == 1
+    assert verify_direction("tokens_per_s", higher_is_better=True) == 1  # a rate: slower verify
+    good, bad, judged = _reread("spec25464", direction)
+    assert good.host["kernel_launches"] == 15 and bad.host["kernel_launches"] == 0
+    assert judged.measured == pytest.approx(-0.358, abs=0.002)
+    first = judged.findings[0]
+    assert first.title.startswith(
+        "verify launches: kernels per verify 16 -> 1 (CUDA graph replays 1 -> 1, kernel "
+        "launches 15 -> 0), -0.275 ms in host gaps"
+    ), first.title
+    assert first.share == pytest.approx(0.77, abs=0.01)
+    assert not any("do not show it" in n for n in judged.not_measured)
+    # Read as a slow-down search, the same traces apportion nothing: the verify got faster.
+    _, _, as_slowdown = _reread("spec25464", 1)
+    assert any("do not show it" in n for n in as_slowdown.not_measured)
+    assert all(f.share is None for f in as_slowdown.findings)
 
 
 def test_real_dsv3_proxy_names_the_batch_above_the_captured_sizes() -> None:

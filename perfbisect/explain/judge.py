@@ -28,16 +28,18 @@ class Judged:
     measured: float | None  # the profiled verifies' delta (bad - good), ms
 
 
-def within_noise(profiled: float, good: Side, bad: Side) -> str | None:
-    """Why the profiled verifies' delta apportions nothing (None when it does): it is not
-    positive, or the verifies' own spread covers it (one launch a side, a noisy machine)."""
-    if profiled <= 0:
+def within_noise(profiled: float, good: Side, bad: Side, direction: int = 1) -> str | None:
+    """Why the profiled verifies' delta apportions nothing (None when it does): it does not go
+    the way the bad side went (``direction``: +1 where the bad side's verify is expected slower,
+    -1 where faster, as in a search for a speed-up), or the verifies' own spread covers it (one
+    launch a side, a noisy machine)."""
+    if profiled * direction <= 0:
         return f"shares of the delta: the profiled verifies do not show it ({profiled:+.3f} ms)"
     g, b = good.verify_ms_error, bad.verify_ms_error
     if g is None or b is None:
         return None
     error = (g**2 + b**2) ** 0.5
-    if profiled < NOISE_ERRORS * error:
+    if abs(profiled) < NOISE_ERRORS * error:
         return (
             f"shares of the delta: the profiled verifies' delta ({profiled:+.3f} ms) is within "
             f"{NOISE_ERRORS:.0f} standard errors of their spread (+-{error:.3f} ms)"
@@ -53,8 +55,12 @@ def judge(
     differing: str,
     snapshots: tuple[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]] = ((), ()),
     change: Change | None = None,
+    direction: int = 1,
 ) -> Judged:
-    """``differing``: the axes that differ, as the environment findings name them."""
+    """``differing``: the axes that differ, as the environment findings name them;
+    ``direction``: the sign the bad side's verify-time delta is expected to have
+    (``verify_direction``). Shares divide the profiled delta in that direction: a finding's
+    part of a speed-up is as much a share as its part of a slow-down."""
     not_measured: list[str] = []
     for side in (good, bad):
         if not side.traces:
@@ -69,7 +75,7 @@ def judge(
     found: list[Finding] = []
     if good.verify_ms_profiled is not None and bad.verify_ms_profiled is not None:
         measured = bad.verify_ms_profiled - good.verify_ms_profiled
-        noise = within_noise(measured, good, bad)
+        noise = within_noise(measured, good, bad, direction)
         if noise is not None:
             not_measured.append(noise)  # no share against a delta the verifies' spread covers
         else:
@@ -97,7 +103,18 @@ def judge(
     return Judged(rules.rank(found), tuple(not_measured), measured)
 
 
-def reread(launches: Sequence[Path], traces: Sequence[Path]) -> tuple[Side, Side, Judged]:
+def verify_direction(metric: str, higher_is_better: bool) -> int:
+    """The sign of the bad side's verify-time delta: +1 (slower) unless the metric is itself a
+    time (a name ending in a time unit, as the targets' ``verify_ms``) that the experiment calls
+    better when higher, i.e. a search for the commit that made the verify faster. A rate
+    (tokens/s) that got worse means a slower verify either way."""
+    is_time = metric.endswith(("_ms", "_us", "_ns")) or metric in ("ms", "seconds", "latency")
+    return -1 if is_time and higher_is_better else 1
+
+
+def reread(
+    launches: Sequence[Path], traces: Sequence[Path], direction: int = 1
+) -> tuple[Side, Side, Judged]:
     """Two launches' log folders (good, bad) read again with one trace each, as a GPU run
     brings them back (its traces apart from its logs); no store, so no snapshots or change."""
     sides, evidence = [], []
@@ -113,4 +130,8 @@ def reread(launches: Sequence[Path], traces: Sequence[Path]) -> tuple[Side, Side
         evidence.append([launch])
         sides.append(fold(label, {}, [launch]))
     good, bad = sides
-    return good, bad, judge(good, bad, evidence[0], evidence[1], "read again from the logs")
+    return (
+        good,
+        bad,
+        judge(good, bad, evidence[0], evidence[1], "read again from the logs", direction=direction),
+    )

@@ -19,18 +19,24 @@ MIN_LAUNCHES = 5
 
 
 def _share(delta_ms: float, profiled: float | None) -> float | None:
-    return delta_ms / profiled if profiled is not None and profiled > 0 else None
+    """A part's share of the profiled delta, which judge passes only where it goes the bad
+    side's way (of either sign); a part that moved against it has no share."""
+    share = delta_ms / profiled if profiled else 0.0
+    return share if share > 0 else None
 
 
 def _group_deltas(good: Side, bad: Side, profiled: float | None) -> list[tuple[str, float]]:
+    """The kernel groups that moved most the way the profiled verify moved (a slow-down's
+    growth, a speed-up's shrinkage)."""
+    sign = -1.0 if profiled is not None and profiled < 0 else 1.0
     deltas = [
         (g, bad.groups.get(g, 0.0) - good.groups.get(g, 0.0))
         for g in set(good.groups) | set(bad.groups)
     ]
-    deltas.sort(key=lambda kv: -kv[1])
-    floor = MIN_GROUP_SHARE * profiled if profiled is not None and profiled > 0 else 0.0
-    named = [(g, d) for g, d in deltas[:MAX_GROUPS] if d > floor]
-    return named or [d for d in deltas[:1] if d[1] > 0]
+    deltas.sort(key=lambda kv: -kv[1] * sign)
+    floor = MIN_GROUP_SHARE * abs(profiled) if profiled else 0.0
+    named = [(g, d) for g, d in deltas[:MAX_GROUPS] if d * sign > floor]
+    return named or [d for d in deltas[:1] if d[1] * sign > 0]
 
 
 def graph_findings(good: Side, bad: Side, profiled: float | None) -> list[Finding]:

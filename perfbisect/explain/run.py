@@ -22,7 +22,7 @@ from perfbisect.executors.registry import make_target
 from perfbisect.experiment import Experiment, ExplainSettings, load_experiment
 from perfbisect.explain.change import Change, parse_diff
 from perfbisect.explain.evidence import PROFILE_FOLDER, LaunchEvidence, read_launch
-from perfbisect.explain.judge import judge
+from perfbisect.explain.judge import judge, verify_direction
 from perfbisect.explain.model import Cost, Explanation, Side
 from perfbisect.explain.sides import fold, side_median
 from perfbisect.paths import cache_dir
@@ -193,7 +193,10 @@ def compare(
             not_measured.append(f"{side.label} launch {v.id} failed at {v.stage}: {v.reason}")
     differing = ", ".join(f"{a}: {good.get(a)} -> {bad.get(a)}" for a in good.differing_axes(bad))
     change = describe_change(experiment, good, bad)
-    judged = judge(g_side, b_side, good_ev, bad_ev, differing, (good_snaps, bad_snaps), change)
+    direction = verify_direction(experiment.metric.name, experiment.metric.higher_is_better)
+    judged = judge(
+        g_side, b_side, good_ev, bad_ev, differing, (good_snaps, bad_snaps), change, direction
+    )
     not_measured += judged.not_measured
     return Explanation(
         metric=experiment.metric.name,
