@@ -12,7 +12,7 @@ search_bench.py's noise model (4% launch-to-launch shift, 3% outlier launches 1.
 
 - perfbisect, merges not descended (``--no-descend-merges``): the engine on the first-parent
   path; it can name the merge, never the commit inside.
-- perfbisect: the same, then ``perfbisect.bisect.merges.descend`` (the session's own code) on
+- perfbisect: the same, then ``perfbisect.bisect.session.merges.descend`` (the session's own code) on
   the same simulated machine: the commit inside.
 - git bisect run: real `git bisect` (``--no-checkout``) on a clone of the repository, with a
   script that launches once per commit git asks about and compares with the threshold from
@@ -39,9 +39,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfbisect.bisect.driver import EarlierLaunches, _Searcher
-from perfbisect.bisect.engine import Engine, LaunchResult, Policy, Status
-from perfbisect.bisect.merges import descend
+from perfbisect.bisect.rules.engine import Engine, LaunchResult, Policy, Status
+from perfbisect.bisect.session.driver import EarlierLaunches, _Searcher
+from perfbisect.bisect.session.merges import descend
 from perfbisect.config import COMMIT_AXIS, Configuration
 from perfbisect.targets.gitrepo import GitRepo
 

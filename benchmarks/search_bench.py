@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from perfbisect.bisect.engine import Engine, LaunchResult, Policy, Status
+from perfbisect.bisect.rules.engine import Engine, LaunchResult, Policy, Status
 from perfbisect.bisect.search.searcher import ModelEngine
 from perfbisect.config import Configuration
 

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from search_bench import Result, World, run_plain
 
-from perfbisect.bisect.engine import Engine, LaunchResult, Policy, Purpose, Status
+from perfbisect.bisect.rules.engine import Engine, LaunchResult, Policy, Purpose, Status
 from perfbisect.config import Configuration
 from perfbisect.watch.changes import (
     OTAVA_DEFAULTS,

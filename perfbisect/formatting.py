@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from perfbisect.bisect.report_model import Interval, MergeDescent, Step
+from perfbisect.bisect.report.report_model import Interval, MergeDescent, Step
 from perfbisect.targets.sglang.startup import phases_text
 
 

@@ -9,7 +9,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from perfbisect.bisect.report_model import Report
+from perfbisect.bisect.report.report_model import Report
 from perfbisect.formatting import cfg, num, short_hashes
 from perfbisect.store.history import LaunchView
 

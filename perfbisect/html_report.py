@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from perfbisect.bisect.report_model import Report, Step, counted
+from perfbisect.bisect.report.report_model import Report, Step, counted
 from perfbisect.formatting import (
     cfg,
     confidence_text,
@@ -252,7 +252,7 @@ def _edge_launches(
 
 
 def session_html(store: Store, ref: str | None) -> str:
-    from perfbisect.bisect.status import session_report
+    from perfbisect.bisect.session.status import session_report
 
     row = find_session(store, ref)
     # an unfinished session's provisional report, marked as such, rather than nothing

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from perfbisect.bisect.engine import Engine, LaunchResult, Policy, Purpose, Status
+from perfbisect.bisect.rules.engine import Engine, LaunchResult, Policy, Purpose, Status
 from perfbisect.bisect.stats import Verdict
 from perfbisect.config import Configuration
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import Cli
 from test_one_truth import scripted_repo
 
-from perfbisect.bisect.engine import LaunchResult, Policy, Purpose, Status
+from perfbisect.bisect.rules.engine import LaunchResult, Policy, Purpose, Status
 from perfbisect.bisect.search.model import believe
 from perfbisect.bisect.search.searcher import ModelEngine
 from perfbisect.config import Configuration

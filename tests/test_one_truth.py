@@ -226,8 +226,8 @@ def test_verdicts_are_stated_against_the_threshold_shown(tmp_path: Path) -> None
     # threshold's move is what is tested), the report built on a real store.
     from dataclasses import replace
 
-    from perfbisect.bisect.engine import Engine, LaunchResult
-    from perfbisect.bisect.report import build_report
+    from perfbisect.bisect.report.report import build_report
+    from perfbisect.bisect.rules.engine import Engine, LaunchResult
     from perfbisect.config import Configuration
     from perfbisect.experiment import load_experiment
     from perfbisect.store.database import Store
@@ -260,9 +260,9 @@ def test_a_culprit_worse_than_the_bad_end_on_two_launches_is_not_a_claim() -> No
     # slow and no such change exists. On two launches the report says both readings and what
     # would tell; a level that later launches confirm, measured apart, is claimed. (Engine
     # scripted: how many launches the culprit gets is what is varied.)
-    from perfbisect.bisect.engine import Engine, LaunchResult
-    from perfbisect.bisect.evidence import evidence_of
-    from perfbisect.bisect.report_warnings import taken_back
+    from perfbisect.bisect.report.evidence import evidence_of
+    from perfbisect.bisect.report.report_warnings import taken_back
+    from perfbisect.bisect.rules.engine import Engine, LaunchResult
     from perfbisect.config import Configuration
 
     path = [Configuration.of({"commit": f"{i:040x}"}) for i in range(17)]
@@ -308,10 +308,10 @@ def test_a_point_of_the_good_level_is_not_called_a_level_on_the_threshold() -> N
     # 5b: "position 12 ... sits on the threshold: a level between the endpoints overlaps it"
     # for a commit on the good level (its launches spread, its interval reached the threshold).
     # The warning is for a level of its own: kept launches clearly apart from both endpoints.
-    from perfbisect.bisect.engine import Engine, LaunchResult
-    from perfbisect.bisect.evidence import Evidence, evidence_of
-    from perfbisect.bisect.report_model import Interval, LaunchUse, PathPoint
-    from perfbisect.bisect.report_warnings import overlap_warnings
+    from perfbisect.bisect.report.evidence import Evidence, evidence_of
+    from perfbisect.bisect.report.report_model import Interval, LaunchUse, PathPoint
+    from perfbisect.bisect.report.report_warnings import overlap_warnings
+    from perfbisect.bisect.rules.engine import Engine, LaunchResult
     from perfbisect.bisect.stats import Verdict
     from perfbisect.config import Configuration
 

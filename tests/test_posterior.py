@@ -1,5 +1,5 @@
 """The crossing's posterior (perfbisect/bisect/posterior.py) and the audit that asks it before a
-crossing is named (perfbisect/bisect/audit.py): each test gives launches whose answer is known
+crossing is named (perfbisect/bisect/rules/audit.py): each test gives launches whose answer is known
 by construction and checks the probability, the slow launches found, or what the engine does."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from perfbisect.bisect.engine import Engine, LaunchResult, Policy, Purpose, Status
 from perfbisect.bisect.posterior import TimedLaunch, crossing_posterior
+from perfbisect.bisect.rules.engine import Engine, LaunchResult, Policy, Purpose, Status
 from perfbisect.bisect.stats import Verdict
 from perfbisect.config import Configuration
 
@@ -205,7 +205,7 @@ def test_points_all_better_than_a_slow_good_end_have_the_endpoints_measured_agai
 def test_a_crossing_named_below_the_audit_target_is_said_in_the_report() -> None:
     # The audit's launches are bounded (three times --max-launches); a crossing it could not
     # bring to 99% is still named, and the report says how likely the launches make it.
-    from perfbisect.bisect.report_warnings import _low_confidence
+    from perfbisect.bisect.report.report_warnings import _low_confidence
     from perfbisect.bisect.stats import Difference
     from perfbisect.bisect.values import Culprit, Outcome, PointResult
 

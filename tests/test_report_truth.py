@@ -510,9 +510,9 @@ def test_a_point_slower_than_the_bad_endpoint_on_every_launch_is_not_called_a_bu
     # and set aside, and the warning says the configuration may simply be slower. (With
     # launches as steady as the others', nothing is set aside either way: see
     # test_a_culprit_worse_than_the_bad_endpoint_is_said_and_not_blamed_on_the_machine.)
-    from perfbisect.bisect.engine import Engine, LaunchResult, Policy
-    from perfbisect.bisect.evidence import evidence_of
-    from perfbisect.bisect.report_warnings import burst_warnings
+    from perfbisect.bisect.report.evidence import evidence_of
+    from perfbisect.bisect.report.report_warnings import burst_warnings
+    from perfbisect.bisect.rules.engine import Engine, LaunchResult, Policy
     from perfbisect.config import Configuration
 
     path = [Configuration.of({"commit": f"{i:040x}"}) for i in range(17)]
@@ -570,9 +570,9 @@ def test_a_culprit_worse_than_the_bad_endpoint_is_said_and_not_blamed_on_the_mac
 
 
 def test_an_ordinary_step_says_nothing_was_taken_back() -> None:
-    from perfbisect.bisect.engine import Engine, LaunchResult
-    from perfbisect.bisect.evidence import evidence_of
-    from perfbisect.bisect.report_warnings import taken_back
+    from perfbisect.bisect.report.evidence import evidence_of
+    from perfbisect.bisect.report.report_warnings import taken_back
+    from perfbisect.bisect.rules.engine import Engine, LaunchResult
     from perfbisect.config import Configuration
 
     path = [Configuration.of({"commit": f"{i:040x}"}) for i in range(17)]

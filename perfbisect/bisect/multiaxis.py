@@ -17,7 +17,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 from perfbisect.bisect.axis_sets import AxisPlan, ddmin, join_set, split_set
-from perfbisect.bisect.engine import (
+from perfbisect.bisect.rules.engine import (
     Culprit,
     Engine,
     LaunchResult,

@@ -11,7 +11,7 @@ import typer
 from perfbisect.cli.context import ctx_store, emit_json, output_file, write_output
 
 if TYPE_CHECKING:
-    from perfbisect.bisect.report_model import Report
+    from perfbisect.bisect.report.report_model import Report
 
 app = typer.Typer(
     rich_markup_mode=None,  # help texts hold [env], ssh://[user@]host: not markup
@@ -176,7 +176,7 @@ def start(
     ),
 ) -> None:
     """Reproduce the endpoints, bisect between them, verify the culprit."""
-    from perfbisect.bisect.session import HostOptions
+    from perfbisect.bisect.session.session import HostOptions
     from perfbisect.errors import UsageError
 
     if threshold_ms is not None and not threshold_ms > 0:
@@ -191,14 +191,14 @@ def start(
             ctx, from_change, good, bad, config, threshold_ms
         )
     if dry_run:
-        from perfbisect.bisect.session import dry_run as plan
+        from perfbisect.bisect.session.session import dry_run as plan
         from perfbisect.cli.render import render_dry_run
 
         result = plan(experiment_path=config, good=good, bad=bad, host=host)
         emit_json(result) if as_json else render_dry_run(result)
         return
-    from perfbisect.bisect.session import SearchOptions
-    from perfbisect.bisect.session import start as start_session
+    from perfbisect.bisect.session.session import SearchOptions
+    from perfbisect.bisect.session.session import start as start_session
 
     if max_launches < min_launches:
         raise UsageError(
@@ -246,7 +246,7 @@ def resume(
 ) -> None:
     """Continue an interrupted session without re-measuring finished steps (not a finished
     or a reset one)."""
-    from perfbisect.bisect.session import resume as resume_session
+    from perfbisect.bisect.session.session import resume as resume_session
 
     store = ctx_store(ctx, create=False)
     wait = _host_wait(no_wait)
@@ -256,8 +256,8 @@ def resume(
 @app.command()
 def status(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JSON) -> None:
     """Where a session stands: whose it is, its status, launches and time, each verdict."""
-    from perfbisect.bisect.session import resume_command
-    from perfbisect.bisect.status import session_status
+    from perfbisect.bisect.session.session import resume_command
+    from perfbisect.bisect.session.status import session_status
     from perfbisect.cli.render import render_status
 
     store = ctx_store(ctx, create=False)
@@ -273,7 +273,7 @@ def status(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JS
 def log(ctx: typer.Context, session: str | None = SESSION, as_json: bool = JSON) -> None:
     """Every launch of a session, in order: its value or failure, whether it counts in its
     configuration's numbers or was set aside (and why), the verdict, the log location."""
-    from perfbisect.bisect.status import session_log
+    from perfbisect.bisect.session.status import session_log
     from perfbisect.cli.render import render_log
 
     session_id, entries, descent = session_log(ctx_store(ctx, create=False), session)
@@ -300,7 +300,7 @@ def report(
 ) -> None:
     """The report of a session: the final one of a finished session, else a provisional one
     (what its launches show so far; exit code 5)."""
-    from perfbisect.bisect.status import session_report
+    from perfbisect.bisect.session.status import session_report
     from perfbisect.errors import StoreError
     from perfbisect.store.history import find_session
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perfbisect.bisect.report_model import Report
+from perfbisect.bisect.report.report_model import Report
 from perfbisect.errors import UsageError
 
 COLOURS = {

@@ -17,7 +17,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from perfbisect.bisect.report_model import Fidelity, Interval, MergeDescent, Report, Step, counted
+from perfbisect.bisect.report.report_model import (
+    Fidelity,
+    Interval,
+    MergeDescent,
+    Report,
+    Step,
+    counted,
+)
 from perfbisect.errors import lead_with_error
 from perfbisect.formatting import (
     SHORT_SHA,

@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from perfbisect.bisect.report_model import Report
+from perfbisect.bisect.report.report_model import Report
 from perfbisect.cli.render import console, render_rows
 from perfbisect.explain.how_it_ran import comm_text, how_it_ran, nccl_version_text
 from perfbisect.formatting import cfg, num, short_hashes

@@ -95,7 +95,7 @@ def watch(
     )
 
     def bisect(change: ReportedChange, analysis: SeriesAnalysis) -> dict[str, Any]:
-        from perfbisect.bisect.driver import SearchOptions
+        from perfbisect.bisect.session.driver import SearchOptions
         from perfbisect.cli.progress import ConsoleProgress
         from perfbisect.store.records import HostWait
         from perfbisect.watch.from_change import FROM_CHANGE_MAX_LAUNCHES, bisect_change
@@ -152,7 +152,7 @@ def watch(
                 + (f", first bad {b['first_bad']}" if b["first_bad"] else "")
             )
 
-    from perfbisect.bisect.driver import Interrupted
+    from perfbisect.bisect.session.driver import Interrupted
 
     try:
         if once:

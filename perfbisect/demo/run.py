@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfbisect.bisect.report_model import Report
-from perfbisect.bisect.session import Progress, SearchOptions, start
+from perfbisect.bisect.report.report_model import Report
+from perfbisect.bisect.session.session import Progress, SearchOptions, start
 from perfbisect.demo.builder import DemoRepo, create_demo
 from perfbisect.errors import UsageError
 from perfbisect.hosts.local import LocalHost

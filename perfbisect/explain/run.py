@@ -11,9 +11,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from perfbisect.bisect.driver import measure_launch, session_log_root, slot_experiments
-from perfbisect.bisect.report_model import Report, counted
-from perfbisect.bisect.specs import resolve_endpoints
+from perfbisect.bisect.report.report_model import Report, counted
+from perfbisect.bisect.session.driver import measure_launch, session_log_root, slot_experiments
+from perfbisect.bisect.session.specs import resolve_endpoints
 from perfbisect.bisect.stats import history_value, median
 from perfbisect.bisect.values import LaunchRequest, Purpose
 from perfbisect.config import COMMIT_AXIS, PATCHES_AXIS, Configuration
@@ -339,7 +339,7 @@ def explain_finished(
 ) -> Explanation | None:
     """At the end of ``bisect start``: explain a verified culprit unless the experiment's
     ``[explain] after_start`` is false; None when there is nothing to explain."""
-    from perfbisect.bisect.report_model import ReportStatus
+    from perfbisect.bisect.report.report_model import ReportStatus
 
     culprit = report.culprit
     if report.status is not ReportStatus.FOUND or culprit is None or not culprit.verified:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from perfbisect.bisect.driver import Progress, SearchOptions, _digest
-from perfbisect.bisect.report_model import Report
-from perfbisect.bisect.session import start
+from perfbisect.bisect.report.report_model import Report
+from perfbisect.bisect.session.driver import Progress, SearchOptions, _digest
+from perfbisect.bisect.session.session import start
 from perfbisect.errors import UsageError
 from perfbisect.experiment import load_experiment
 from perfbisect.store.database import Store

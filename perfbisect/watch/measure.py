@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfbisect.bisect.driver import launch_log_dir, measure_launch, slot_experiments
+from perfbisect.bisect.session.driver import launch_log_dir, measure_launch, slot_experiments
 from perfbisect.bisect.values import LaunchRequest, LaunchResult, Purpose
 from perfbisect.config import Configuration
 from perfbisect.executors.registry import make_target

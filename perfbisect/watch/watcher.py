@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfbisect.bisect.driver import _digest, slot_experiments
-from perfbisect.bisect.specs import resolve_spec
+from perfbisect.bisect.session.driver import _digest, slot_experiments
+from perfbisect.bisect.session.specs import resolve_spec
 from perfbisect.errors import UsageError
 from perfbisect.experiment import Experiment, load_experiment
 from perfbisect.store.database import Store

@@ -13,7 +13,7 @@ from perfbisect.bisect.engine_state import (
     _REOPEN_MAX,
     BURST_MARGIN,
 )
-from perfbisect.bisect.slow_launches import SlowLaunches
+from perfbisect.bisect.rules.slow_launches import SlowLaunches
 from perfbisect.bisect.stats import (
     Verdict,
     classify,

@@ -20,9 +20,9 @@ from perfbisect.bisect.posterior import (
     crossing_posterior,
     slow_launches,
 )
+from perfbisect.bisect.rules.verification import Verification
 from perfbisect.bisect.stats import Verdict, launch_times
 from perfbisect.bisect.values import LaunchResult, Purpose, _Segment
-from perfbisect.bisect.verification import Verification
 
 # The posterior a crossing needs before it is named without further launches.
 AUDIT_TARGET = 0.99

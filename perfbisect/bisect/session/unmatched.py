@@ -4,7 +4,7 @@ the same output again."""
 
 from __future__ import annotations
 
-from perfbisect.bisect.driver import Progress
+from perfbisect.bisect.session.driver import Progress
 from perfbisect.bisect.values import LaunchRequest, LaunchResult, PointResult, Purpose
 from perfbisect.errors import NO_SAMPLES, MetricMatchedNothing
 from perfbisect.experiment import Experiment

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfbisect.bisect.driver import stage_seconds
-from perfbisect.bisect.report_model import MergeDescent, Report
-from perfbisect.bisect.session import expected_steps
+from perfbisect.bisect.report.report_model import MergeDescent, Report
+from perfbisect.bisect.session.driver import stage_seconds
+from perfbisect.bisect.session.session import expected_steps
 from perfbisect.bisect.values import Purpose
 from perfbisect.errors import PerfbisectError
 from perfbisect.store.database import Store
@@ -25,7 +25,7 @@ def session_report(store: Store, row: SessionRow) -> Report:
     """The finished session's stored report, or an unfinished one's provisional report."""
     if row.result is not None:
         return Report.from_json(row.result)
-    from perfbisect.bisect.provisional import provisional_report
+    from perfbisect.bisect.session.provisional import provisional_report
 
     return provisional_report(store, row)
 

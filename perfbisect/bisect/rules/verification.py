@@ -11,7 +11,7 @@ from perfbisect.bisect.engine_state import (
     _CORRECTED,
     _Batch,
 )
-from perfbisect.bisect.levels import Levels
+from perfbisect.bisect.rules.levels import Levels
 from perfbisect.bisect.stats import (
     Verdict,
     classify,

@@ -17,9 +17,20 @@ from pathlib import Path
 from typing import Any, cast
 
 from perfbisect.bisect.axis_sets import AxisPlan
-from perfbisect.bisect.baseline import BaselineRuns, SpeedupRow
-from perfbisect.bisect.confirm import Confirmation, PairToConfirm
-from perfbisect.bisect.driver import (
+from perfbisect.bisect.multiaxis import MultiAxisEngine
+from perfbisect.bisect.report.report import build_report
+from perfbisect.bisect.report.report_model import Fidelity, FullModelCheck, Report, counted
+from perfbisect.bisect.rules.engine import (
+    Engine,
+    Outcome,
+    Policy,
+    Purpose,
+    Status,
+)
+from perfbisect.bisect.search.searcher import ModelEngine
+from perfbisect.bisect.session.baseline import BaselineRuns, SpeedupRow
+from perfbisect.bisect.session.confirm import Confirmation, PairToConfirm
+from perfbisect.bisect.session.driver import (
     Interrupted,
     NoProgress,
     Progress,
@@ -30,21 +41,10 @@ from perfbisect.bisect.driver import (
     slot_experiments,
     stage_seconds,
 )
-from perfbisect.bisect.engine import (
-    Engine,
-    Outcome,
-    Policy,
-    Purpose,
-    Status,
-)
-from perfbisect.bisect.merge_report import undescended_warning, with_descent
-from perfbisect.bisect.merges import Descent, descend
-from perfbisect.bisect.multiaxis import MultiAxisEngine
-from perfbisect.bisect.report import build_report
-from perfbisect.bisect.report_model import Fidelity, FullModelCheck, Report, counted
-from perfbisect.bisect.search.searcher import ModelEngine
-from perfbisect.bisect.specs import resolve_endpoints
-from perfbisect.bisect.unmatched import StopWhenNothingMatches
+from perfbisect.bisect.session.merge_report import undescended_warning, with_descent
+from perfbisect.bisect.session.merges import Descent, descend
+from perfbisect.bisect.session.specs import resolve_endpoints
+from perfbisect.bisect.session.unmatched import StopWhenNothingMatches
 from perfbisect.config import Configuration
 from perfbisect.errors import ExperimentError, MetricMatchedNothing, StoreError
 from perfbisect.executors.registry import make_target

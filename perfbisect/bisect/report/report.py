@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfbisect.bisect.engine import Culprit, Engine, Outcome, PointResult
-from perfbisect.bisect.evidence import Evidence, engine_views, evidence_of
-from perfbisect.bisect.report_model import (
+from perfbisect.bisect.report.evidence import Evidence, engine_views, evidence_of
+from perfbisect.bisect.report.report_model import (
     AttributionRow,
     Interval,
     PathPoint,
@@ -18,7 +17,8 @@ from perfbisect.bisect.report_model import (
     counted,
     times,
 )
-from perfbisect.bisect.report_warnings import warnings
+from perfbisect.bisect.report.report_warnings import warnings
+from perfbisect.bisect.rules.engine import Culprit, Engine, Outcome, PointResult
 from perfbisect.bisect.stats import (
     Difference,
     Verdict,

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from perfbisect.bisect.merges import MAX_DEPTH, Descent
-from perfbisect.bisect.report import build_report
-from perfbisect.bisect.report_model import MergeDescent, Report, Step, counted
+from perfbisect.bisect.report.report import build_report
+from perfbisect.bisect.report.report_model import MergeDescent, Report, Step, counted
+from perfbisect.bisect.session.merges import MAX_DEPTH, Descent
 from perfbisect.bisect.values import Status
 from perfbisect.config import COMMIT_AXIS
 from perfbisect.experiment import Experiment

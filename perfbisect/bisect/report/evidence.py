@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from perfbisect.bisect.engine import Engine
-from perfbisect.bisect.report_model import LaunchUse
+from perfbisect.bisect.report.report_model import LaunchUse
+from perfbisect.bisect.rules.engine import Engine
 from perfbisect.bisect.stats import core_launches
 from perfbisect.store.history import LaunchView
 

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from perfbisect.bisect.driver import _Searcher
-from perfbisect.bisect.engine import Engine, LaunchRequest, LaunchResult, Outcome, PointResult
+from perfbisect.bisect.rules.engine import Engine, LaunchRequest, LaunchResult, Outcome, PointResult
+from perfbisect.bisect.session.driver import _Searcher
 from perfbisect.bisect.values import Policy, Status
 from perfbisect.config import COMMIT_AXIS, Configuration
 from perfbisect.targets.gitrepo import GitRepo

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from perfbisect.bisect.engine import LaunchRequest, LaunchResult, PointResult, Purpose
+from perfbisect.bisect.rules.engine import LaunchRequest, LaunchResult, PointResult, Purpose
 from perfbisect.bisect.stats import median
 from perfbisect.config import Configuration
 

@@ -16,14 +16,14 @@ from __future__ import annotations
 import math
 from collections.abc import Generator, Sequence
 
-from perfbisect.bisect.audit import AUDIT_TARGET
-from perfbisect.bisect.endpoints import Endpoints
 from perfbisect.bisect.engine_state import (
     _CORRECTED,
     _MAX_STEPS,
     _Batch,
     _Search,
 )
+from perfbisect.bisect.rules.audit import AUDIT_TARGET
+from perfbisect.bisect.rules.endpoints import Endpoints
 from perfbisect.bisect.stats import (
     Verdict,
     difference,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from perfbisect import interrupts
-from perfbisect.bisect.engine import (
+from perfbisect.bisect.rules.engine import (
     LaunchRequest,
     LaunchResult,
     PointResult,

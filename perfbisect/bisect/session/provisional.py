@@ -10,20 +10,20 @@ from pathlib import Path
 
 import tomllib
 
-from perfbisect.bisect.driver import (
+from perfbisect.bisect.multiaxis import MultiAxisEngine
+from perfbisect.bisect.report.report import build_report
+from perfbisect.bisect.report.report_model import Report, ReportStatus, counted
+from perfbisect.bisect.rules.engine import Culprit, Engine, Outcome, Status
+from perfbisect.bisect.session.driver import (
     _digest,
     _replayed,
     _Searcher,
     session_log_root,
     stage_seconds,
 )
-from perfbisect.bisect.engine import Culprit, Engine, Outcome, Status
-from perfbisect.bisect.merge_report import with_descent
-from perfbisect.bisect.merges import Descent, descend
-from perfbisect.bisect.multiaxis import MultiAxisEngine
-from perfbisect.bisect.report import build_report
-from perfbisect.bisect.report_model import Report, ReportStatus, counted
-from perfbisect.bisect.session import _engine, resume_command, stored_options
+from perfbisect.bisect.session.merge_report import with_descent
+from perfbisect.bisect.session.merges import Descent, descend
+from perfbisect.bisect.session.session import _engine, resume_command, stored_options
 from perfbisect.bisect.stats import Verdict, difference
 from perfbisect.config import Configuration
 from perfbisect.errors import ExperimentError

@@ -4,11 +4,11 @@ how sure it is."""
 
 from __future__ import annotations
 
-from perfbisect.bisect.audit import AUDIT_TARGET
-from perfbisect.bisect.engine import Engine, Outcome
 from perfbisect.bisect.engine_state import _BURST_REACH
-from perfbisect.bisect.evidence import IN_BURST, NEXT_TO_BURST, Evidence
-from perfbisect.bisect.report_model import PathPoint, Step, counted
+from perfbisect.bisect.report.evidence import IN_BURST, NEXT_TO_BURST, Evidence
+from perfbisect.bisect.report.report_model import PathPoint, Step, counted
+from perfbisect.bisect.rules.audit import AUDIT_TARGET
+from perfbisect.bisect.rules.engine import Engine, Outcome
 from perfbisect.bisect.stats import Verdict, median
 from perfbisect.store.history import LaunchView
 

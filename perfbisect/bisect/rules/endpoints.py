@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
-from perfbisect.bisect.audit import Audit
 from perfbisect.bisect.engine_state import (
     _Batch,
 )
+from perfbisect.bisect.rules.audit import Audit
 from perfbisect.bisect.stats import (
     OUTLIER_RATIO,
     Verdict,

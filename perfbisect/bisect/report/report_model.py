@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
-from perfbisect.bisect.baseline import SpeedupRow
+from perfbisect.bisect.session.baseline import SpeedupRow
 from perfbisect.bisect.stats import Difference, Verdict
 from perfbisect.targets.gitrepo import CommitInfo
 
