@@ -42,6 +42,7 @@ from perfbisect.bisect.merges import Descent, descend
 from perfbisect.bisect.multiaxis import MultiAxisEngine
 from perfbisect.bisect.report import build_report
 from perfbisect.bisect.report_model import Fidelity, FullModelCheck, Report, counted
+from perfbisect.bisect.search.attribution import ModelMultiAxis
 from perfbisect.bisect.search.searcher import ModelEngine
 from perfbisect.bisect.specs import resolve_endpoints
 from perfbisect.bisect.unmatched import StopWhenNothingMatches
@@ -280,6 +281,8 @@ def _engine(
     search."""
     if plans:
         axis_plans = [AxisPlan.from_json(p) for p in plans]
+        if engine == "model":
+            return cast(Engine, ModelMultiAxis(path[0], path[-1], axis_plans, policy, threshold))
         return MultiAxisEngine(path[0], path[-1], axis_plans, policy, threshold)
     if engine == "model":
         # Duck-typed: ModelEngine has every attribute the driver and the report read

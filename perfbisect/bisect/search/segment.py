@@ -217,3 +217,66 @@ def culprit(state: EngineState, answer: Answer) -> Culprit:
 def big_enough(state: EngineState, step: Culprit) -> bool:
     """The step's two sides differ by the minimum effect (else the level crept)."""
     return apart(state, step.last_good.position, step.first_bad.position, strict=False)
+
+
+def ends_apart(state: EngineState, lo: int, hi: int) -> bool:
+    """The crossing-first search's endpoint rule for any two positions: their levels (the
+    fastest agreeing launches) differ by the minimum effect beyond the noise, or so do their
+    launches back to back (a busy period slows both launches of a pair alike), or they fall
+    on either side of a given threshold."""
+    if not state.launches.get(lo) or not state.launches.get(hi):
+        return False
+    g, b = level(state, lo), level(state, hi)
+    hib = state.policy.higher_is_better
+    if state.fixed_threshold:
+        assert state.threshold is not None
+        return g < math.log(1 / state.threshold if hib else state.threshold) <= b
+    floor = math.log(1 + state.policy.min_effect)
+    n_lo, n_hi = len(state.launches[lo]), len(state.launches[hi])
+    noise = state.policy.noise.z * state.rel_sd() * math.sqrt(1 / n_lo + 1 / n_hi)
+    if b - g >= max(floor, noise):
+        return True
+    at = {i: p for p in (lo, hi) for i in state.seq.get(p, [])}
+    times = _times(state)
+    ratios = [
+        math.log(times[i + 1] / times[i]) * (1 if at[i] == lo else -1)
+        for i in range(len(times) - 1)
+        if i in at and i + 1 in at and at[i] != at[i + 1]
+    ]
+    if len(ratios) < 3:
+        return False
+    noise = state.policy.noise.z * state.rel_sd() * math.sqrt(2 / len(ratios))
+    return float(np.median(ratios)) >= max(floor, noise)
+
+
+def endpoints(state: EngineState, lo: int, hi: int) -> Generator[_Batch, list[LaunchResult], str]:
+    """The endpoints launched interleaved (B G B per the policy's counts, then G B pairs)
+    until ``ends_apart``; "" then, else why the search cannot start."""
+    p = state.policy
+    first = [hi, lo] * max(p.bad_endpoint_launches, p.good_endpoint_launches)
+    first = [
+        x
+        for i, x in enumerate(first)
+        if (x == hi and i // 2 < p.bad_endpoint_launches)
+        or (x == lo and i // 2 < p.good_endpoint_launches)
+    ]
+    yield state._request(first, Purpose.ENDPOINT)
+    extra = 0
+    while True:
+        broken = [e for e in (lo, hi) if e in state.skip_reason]
+        if broken:
+            which = "good" if broken[0] == lo else "bad"
+            return f"the {which} endpoint could not be measured: {state.skip_reason[broken[0]]}"
+        if ends_apart(state, lo, hi):
+            return ""
+        if extra >= p.endpoint_confirm_launches:
+            g = state._estimate(state.launches[lo]).median
+            b = state._estimate(state.launches[hi]).median
+            if state.fixed_threshold:
+                return (
+                    f"the endpoints do not fall on either side of the threshold "
+                    f"{state.threshold:g} (good {g:g}, bad {b:g})"
+                )
+            return f"the bad endpoint ({b:g}) is not clearly worse than the good one ({g:g})"
+        extra += 1
+        yield state._request([lo, hi], Purpose.ENDPOINT)
