@@ -183,8 +183,11 @@ class ModelMultiAxis(EngineState):
                 )
                 self._set_verdict(position, verdict)
                 return below < 0.5
+            # The configuration up to the policy's maximum, the references beyond it: when
+            # its own launches no longer move the answer, the references' levels are in doubt.
+            most = {lo_ref: 3, position: 1, hi_ref: 3}
             ok = np.asarray(
-                [len(self.launches.get(p, [])) < 3 * self.policy.max_launches for p in order]
+                [len(self.launches.get(p, [])) < most[p] * self.policy.max_launches for p in order]
             )
             if not ok.any():
                 spent = cap
@@ -212,7 +215,7 @@ class ModelMultiAxis(EngineState):
             for axis in differing:
                 position = self._at([axis])
                 stacked = axis not in bad_alone and position in self.launches
-                if stacked and (yield from level_gap(self, 0, position)):
+                if stacked and (yield from level_gap(self, 0, position, self._pairs)):
                     bad_alone.append(axis)
             return [[a] for a in differing if a in bad_alone]
 
@@ -232,7 +235,12 @@ class ModelMultiAxis(EngineState):
         ends = [e for e in (order[0], order[-1]) if e not in self.launches]
         if ends:
             yield self._request(ends, Purpose.SEARCH)
-        if not (yield from level_gap(self, order[0], order[-1])):
+        # Its ends were judged on either side of the threshold by the attribution (a minimal
+        # set and the set without this axis), or they still have to show two levels.
+        judged = (self.verdicts.get(order[0]), self.verdicts.get(order[-1]))
+        if judged != (Verdict.GOOD, Verdict.BAD) and not (
+            yield from level_gap(self, order[0], order[-1], self._pairs)
+        ):
             return [], []  # its ends sit at one level: nothing to search on this axis
         answer = yield from search(self, order, None, self._pairs)
         return self._named(answer)
@@ -275,7 +283,9 @@ class ModelMultiAxis(EngineState):
             rest = at(remaining)
             if rest not in self.launches:
                 yield self._request([rest], Purpose.SEARCH)
-            if rest not in self.launches or not (yield from level_gap(self, at([]), rest)):
+            if rest not in self.launches or not (
+                yield from level_gap(self, at([]), rest, self._pairs)
+            ):
                 return [], culprits  # what is left sits at the base level
             refs, threshold = (at([]), rest), None
 

@@ -176,11 +176,14 @@ def apart(state: EngineState, lo: int, hi: int, strict: bool) -> bool:
     return gap - noise >= floor
 
 
-def level_gap(state: EngineState, lo: int, hi: int) -> Generator[_Batch, list[LaunchResult], bool]:
+def level_gap(
+    state: EngineState, lo: int, hi: int, pairs: set[tuple[int, int]] | None = None
+) -> Generator[_Batch, list[LaunchResult], bool]:
     """Do ``lo`` and ``hi`` sit at two levels (``hi`` the worse by the minimum effect)? A gap
     opens a whole search, so one seen on few launches is confirmed with interleaved pairs (a
     busy period slows both launches of a pair alike) until both levels have three launches and
-    their difference stands beyond the noise, or it falls below the minimum effect."""
+    their difference stands beyond the noise, or it falls below the minimum effect.
+    ``pairs``: the brackets launched back to back, which these pairs join."""
     if not apart(state, lo, hi, strict=False):
         return False
     for _ in range(_CONFIRM_PAIRS):
@@ -189,6 +192,8 @@ def level_gap(state: EngineState, lo: int, hi: int) -> Generator[_Batch, list[La
         ):
             return True
         yield state._request([lo, hi], Purpose.VERIFY)
+        if pairs is not None:
+            pairs.add((lo, hi))
         if {lo, hi} & (state.skip_reason.keys() | state.gave_up):
             return False
         if not apart(state, lo, hi, strict=False):

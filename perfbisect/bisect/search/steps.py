@@ -37,7 +37,7 @@ def every_step(
         for s_lo, s_hi in ((a, lo), (hi, z)):
             if s_lo == s_hi or len(steps) >= _MAX_STEPS:
                 continue
-            if not (yield from level_gap(engine, s_lo, s_hi)):
+            if not (yield from level_gap(engine, s_lo, s_hi, pairs)):
                 continue
             below = Verdict.GOOD if s_lo == 0 else Verdict.INTERMEDIATE
             past = Verdict.BAD if s_hi == n else Verdict.INTERMEDIATE
