@@ -215,7 +215,7 @@ class ModelMultiAxis(EngineState):
             for axis in differing:
                 position = self._at([axis])
                 stacked = axis not in bad_alone and position in self.launches
-                if stacked and (yield from level_gap(self, 0, position, self._pairs)):
+                if stacked and (yield from level_gap(self, 0, position, self._pairs, probe=True)):
                     bad_alone.append(axis)
             return [[a] for a in differing if a in bad_alone]
 
@@ -239,7 +239,7 @@ class ModelMultiAxis(EngineState):
         # set and the set without this axis), or they still have to show two levels.
         judged = (self.verdicts.get(order[0]), self.verdicts.get(order[-1]))
         if judged != (Verdict.GOOD, Verdict.BAD) and not (
-            yield from level_gap(self, order[0], order[-1], self._pairs)
+            yield from level_gap(self, order[0], order[-1], self._pairs, probe=True)
         ):
             return [], []  # its ends sit at one level: nothing to search on this axis
         answer = yield from search(self, order, None, self._pairs)
@@ -284,7 +284,7 @@ class ModelMultiAxis(EngineState):
             if rest not in self.launches:
                 yield self._request([rest], Purpose.SEARCH)
             if rest not in self.launches or not (
-                yield from level_gap(self, at([]), rest, self._pairs)
+                yield from level_gap(self, at([]), rest, self._pairs, probe=True)
             ):
                 return [], culprits  # what is left sits at the base level
             refs, threshold = (at([]), rest), None

@@ -162,29 +162,36 @@ def level(state: EngineState, position: int) -> float:
     return point_level(np.log(np.asarray(times)))
 
 
-def apart(state: EngineState, lo: int, hi: int, strict: bool) -> bool:
-    """``hi``'s level is worse than ``lo``'s by the minimum effect; ``strict``: beyond the
-    noise of both levels too (the whole interval past the minimum effect)."""
+def apart(state: EngineState, lo: int, hi: int, strict: bool, probe: bool = False) -> bool:
+    """``hi``'s level is worse than ``lo``'s by the minimum effect and beyond the noise of
+    both levels; ``strict``: the whole interval past the minimum effect; ``probe``: by the
+    minimum effect alone (a first look on one launch)."""
     if not state.launches.get(lo) or not state.launches.get(hi):
         return False
     gap = level(state, hi) - level(state, lo)
     floor = math.log(1 + state.policy.min_effect)
-    if not strict:
+    if probe:
         return gap >= floor
     n_lo, n_hi = len(state.launches[lo]), len(state.launches[hi])
     noise = state.policy.noise.z * state.rel_sd() * math.sqrt(1 / n_lo + 1 / n_hi)
-    return gap - noise >= floor
+    return gap - noise >= floor if strict else gap >= max(floor, noise)
 
 
 def level_gap(
-    state: EngineState, lo: int, hi: int, pairs: set[tuple[int, int]] | None = None
+    state: EngineState,
+    lo: int,
+    hi: int,
+    pairs: set[tuple[int, int]] | None = None,
+    probe: bool = False,
 ) -> Generator[_Batch, list[LaunchResult], bool]:
     """Do ``lo`` and ``hi`` sit at two levels (``hi`` the worse by the minimum effect)? A gap
     opens a whole search, so one seen on few launches is confirmed with interleaved pairs (a
     busy period slows both launches of a pair alike) until both levels have three launches and
     their difference stands beyond the noise, or it falls below the minimum effect.
-    ``pairs``: the brackets launched back to back, which these pairs join."""
-    if not apart(state, lo, hi, strict=False):
+    ``pairs``: the brackets launched back to back, which these pairs join. ``probe``: look
+    closer whenever ``hi`` reads worse by the minimum effect (else only when that is beyond
+    the noise already)."""
+    if not apart(state, lo, hi, strict=False, probe=probe):
         return False
     for _ in range(_CONFIRM_PAIRS):
         if min(len(state.launches[lo]), len(state.launches[hi])) >= 3 and apart(
@@ -196,7 +203,7 @@ def level_gap(
             pairs.add((lo, hi))
         if {lo, hi} & (state.skip_reason.keys() | state.gave_up):
             return False
-        if not apart(state, lo, hi, strict=False):
+        if not apart(state, lo, hi, strict=False, probe=True):
             return False
     return apart(state, lo, hi, strict=True)
 
@@ -221,7 +228,7 @@ def culprit(state: EngineState, answer: Answer) -> Culprit:
 
 def big_enough(state: EngineState, step: Culprit) -> bool:
     """The step's two sides differ by the minimum effect (else the level crept)."""
-    return apart(state, step.last_good.position, step.first_bad.position, strict=False)
+    return apart(state, step.last_good.position, step.first_bad.position, False, probe=True)
 
 
 def ends_apart(state: EngineState, lo: int, hi: int) -> bool:
