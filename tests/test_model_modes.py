@@ -153,3 +153,33 @@ def test_no_mode_on_the_model_imports_the_rule_chain() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "rule modules: []" in done.stdout
+
+
+def test_a_model_multi_axis_search_replays_exactly() -> None:
+    # A resumed session feeds the stored launches into a fresh engine: it must ask for the
+    # same configurations in the same order (the model's searches hold no state of their own).
+    bench = _bench("multiaxis_bench")
+    from perfbisect.bisect.search.attribution import ModelMultiAxis
+
+    scenario = next(
+        s for s in bench.scenarios(random.Random(5)) if s.name.startswith("two regressions")
+    )
+    good, bad = Configuration.of(scenario.good), Configuration.of(scenario.bad)
+    policy = Policy(all_steps=True)
+    first = ModelMultiAxis(good, bad, scenario.plans, policy)
+    rng = random.Random(7)
+    asked, fed = [], []
+    while batch := first.next_batch():
+        results = [
+            LaunchResult(bench.launch(scenario.level(r.config.as_dict()), rng)) for r in batch
+        ]
+        asked.append([r.config.fingerprint for r in batch])
+        fed.append(results)
+        first.feed(results)
+    again = ModelMultiAxis(good, bad, scenario.plans, policy)
+    for wanted, results in zip(asked, fed):
+        assert [r.config.fingerprint for r in again.next_batch()] == wanted
+        again.feed(results)
+    assert again.next_batch() == []
+    assert first.outcome is not None and again.outcome == first.outcome
+    assert len(first.outcome.steps) == 2
