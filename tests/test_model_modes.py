@@ -70,6 +70,8 @@ def test_attribution_on_the_model_names_the_interacting_axes(cli: Cli, tmp_path:
     assert by_axis["commit"]["first_bad"]["commit"] == repo.shas[7]
     assert by_axis["commit"]["first_bad"]["flag"] == "b"  # searched with flag held bad
     assert all(c["confidence"] >= 0.99 for c in report["culprits"])
+    text = cli.run("bisect", "report").stdout
+    assert "attribution" in text and "culprit axes:" in text
 
 
 def test_a_patch_stack_with_two_regressions_on_the_model_with_all_steps(
