@@ -185,3 +185,28 @@ def test_a_model_multi_axis_search_replays_exactly() -> None:
     assert again.next_batch() == []
     assert first.outcome is not None and again.outcome == first.outcome
     assert len(first.outcome.steps) == 2
+
+
+def test_all_steps_along_a_culprit_axis_on_the_model() -> None:
+    # Commits 19 -> 23 ms at 10 and -> 29 ms at 30; a second axis (flag) changes nothing. With
+    # --all-steps the commit axis's search goes on into the level gap below its crossing.
+    from perfbisect.bisect.axis_sets import AxisPlan
+    from perfbisect.bisect.search.attribution import ModelMultiAxis
+
+    commits = tuple(str(i) for i in range(40))
+    plans = [AxisPlan("commit", "path", commits), AxisPlan("flag", "path", ("a", "b"))]
+    good = Configuration.of({"commit": "0", "flag": "a"})
+    bad = Configuration.of({"commit": "39", "flag": "b"})
+    named = {}
+    for all_steps in (False, True):
+        engine = ModelMultiAxis(good, bad, plans, Policy(all_steps=all_steps))
+        rng = random.Random(4)
+        while batch := engine.next_batch():
+            at = [int(r.config.get("commit") or 0) for r in batch]
+            levels = [19.0 if c < 10 else 23.0 if c < 30 else 29.0 for c in at]
+            engine.feed([LaunchResult(v * rng.gauss(1, 0.02)) for v in levels])
+        assert engine.outcome is not None and engine.outcome.status is Status.FOUND
+        assert engine.culprit_sets == [("commit",)]
+        named[all_steps] = [s.first_bad.config.get("commit") for s in engine.outcome.steps]
+        assert all(s.verified and (s.confidence or 0) >= 0.99 for s in engine.outcome.steps)
+    assert named == {False: ["30"], True: ["10", "30"]}

@@ -47,6 +47,7 @@ from perfbisect.bisect.search.segment import (
     search,
     sides,
 )
+from perfbisect.bisect.search.steps import gap_steps
 from perfbisect.bisect.stats import Verdict, median
 from perfbisect.bisect.values import Culprit, LaunchResult, Policy, Purpose, Status
 from perfbisect.config import Configuration
@@ -243,7 +244,11 @@ class ModelMultiAxis(EngineState):
         ):
             return [], []  # its ends sit at one level: nothing to search on this axis
         answer = yield from search(self, order, None, self._pairs)
-        return self._named(answer)
+        open_, found = self._named(answer)
+        if found and self.policy.all_steps:  # the axis's other level changes too (steps.py)
+            steps, more = yield from gap_steps(self, order, found[0], self._pairs)
+            return open_ + more, steps
+        return open_, found
 
     def _named(self, answer: Answer) -> tuple[list[tuple[int, int]], list[Culprit]]:
         if answer.named:

@@ -13,7 +13,7 @@ two are INTERMEDIATE.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 
 from perfbisect.bisect.engine_state import _MAX_STEPS, EngineState, _Batch
 from perfbisect.bisect.search.segment import big_enough, culprit, level_gap, search
@@ -28,10 +28,27 @@ def every_step(
     finish with every step. ``pairs``: brackets already launched back to back."""
     assert engine.outcome is not None and engine.outcome.culprit is not None
     crossing = engine.outcome.culprit
-    n = engine.bad_end
+    order = list(range(engine.bad_end + 1))
+    steps, unresolved = yield from gap_steps(engine, order, crossing, pairs)
+    engine._finish(
+        Status.FOUND,
+        _message(engine, crossing, steps, unresolved),
+        crossing,
+        tuple(unresolved),
+        tuple(steps),
+    )
+
+
+def gap_steps(
+    engine: EngineState, order: Sequence[int], crossing: Culprit, pairs: set[tuple[int, int]]
+) -> Generator[_Batch, list[LaunchResult], tuple[list[Culprit], list[tuple[int, int]]]]:
+    """Every step of ``order`` (engine positions, the better level first): ``crossing`` and
+    the steps of the level gaps beside it, in ``order``'s order; and the ranges left open."""
+    index = {p: i for i, p in enumerate(order)}
+    last = len(order) - 1
     steps: list[Culprit] = [crossing]
     unresolved: list[tuple[int, int]] = []
-    queue = [(0, crossing.last_good.position, crossing.first_bad.position, n)]
+    queue = [(0, index[crossing.last_good.position], index[crossing.first_bad.position], last)]
     while queue and len(steps) < _MAX_STEPS:
         a, lo, hi, z = queue.pop(0)
         for s_lo, s_hi in ((a, lo), (hi, z)):
@@ -40,29 +57,24 @@ def every_step(
             # A gap is looked at whenever one end reads worse by the minimum effect: the last
             # good's few launches against the good end's one are too few to show it beyond
             # the noise (two steps 19 -> 23 -> 29: 93% named against 98% on 100 worlds).
-            if not (yield from level_gap(engine, s_lo, s_hi, pairs, probe=True)):
+            if not (yield from level_gap(engine, order[s_lo], order[s_hi], pairs, probe=True)):
                 continue
             below = Verdict.GOOD if s_lo == 0 else Verdict.INTERMEDIATE
-            past = Verdict.BAD if s_hi == n else Verdict.INTERMEDIATE
-            answer = yield from search(engine, range(s_lo, s_hi + 1), None, pairs, (below, past))
+            past = Verdict.BAD if s_hi == last else Verdict.INTERMEDIATE
+            stretch = order[s_lo : s_hi + 1]
+            answer = yield from search(engine, stretch, None, pairs, (below, past))
             if not answer.named:
                 unresolved.append((answer.lo, answer.hi))
                 engine.unresolved_why[(answer.lo, answer.hi)] = answer.why
                 continue
             step = culprit(engine, answer)
             if not big_enough(engine, step):
-                engine.creep_gaps.append((s_lo, s_hi))  # the gap's ends differ, its step not
+                engine.creep_gaps.append((order[s_lo], order[s_hi]))  # its ends differ, not it
                 continue
             steps.append(step)
-            queue.append((s_lo, answer.lo, answer.hi, s_hi))
-    steps.sort(key=lambda c: c.first_bad.position)
-    engine._finish(
-        Status.FOUND,
-        _message(engine, crossing, steps, unresolved),
-        crossing,
-        tuple(unresolved),
-        tuple(steps),
-    )
+            queue.append((s_lo, index[answer.lo], index[answer.hi], s_hi))
+    steps.sort(key=lambda c: index[c.first_bad.position])
+    return steps, unresolved
 
 
 def _message(
