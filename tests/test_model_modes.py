@@ -16,7 +16,7 @@ from conftest import EXPERIMENT, Cli, value_repo
 from test_multiaxis import EXPERIMENT as AXES_EXPERIMENT
 from test_multiaxis import _patch_set, _repo, patch_names
 
-from perfbisect.bisect.engine import LaunchResult, Policy, Status
+from perfbisect.bisect.values import LaunchResult, Policy, Status
 from perfbisect.bisect.search.searcher import ModelEngine
 from perfbisect.config import Configuration
 
