@@ -16,8 +16,8 @@ from conftest import EXPERIMENT, Cli, value_repo
 from test_multiaxis import EXPERIMENT as AXES_EXPERIMENT
 from test_multiaxis import _patch_set, _repo, patch_names
 
-from perfbisect.bisect.values import LaunchResult, Policy, Status
 from perfbisect.bisect.search.searcher import ModelEngine
+from perfbisect.bisect.values import LaunchResult, Policy, Status
 from perfbisect.config import Configuration
 
 ROOT = Path(__file__).resolve().parents[1]
