@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from perfbisect.bisect.axis_sets import AxisPlan, join_set, split_set
 from perfbisect.bisect.multiaxis import MultiAxisEngine
 from perfbisect.bisect.rules.engine import LaunchResult, Policy, Status
+from perfbisect.bisect.search.attribution import ModelMultiAxis
 from perfbisect.config import Configuration
 
 GOOD_MS, BAD_MS = 18.0, 29.0
@@ -156,9 +157,10 @@ def _order(value: str) -> int:
     return PATCHES.index(value) if value in PATCHES else -1
 
 
-def run(s: Scenario, rng: random.Random) -> tuple[bool, int, int, int]:
+def run(s: Scenario, rng: random.Random, engine_kind: str = "rules") -> tuple[bool, int, int, int]:
     good, bad = Configuration.of(s.good), Configuration.of(s.bad)
-    engine = MultiAxisEngine(good, bad, s.plans, Policy(all_steps=s.all_steps))
+    kind = ModelMultiAxis if engine_kind == "model" else MultiAxisEngine
+    engine = kind(good, bad, s.plans, Policy(all_steps=s.all_steps))
     while batch := engine.next_batch():
         engine.feed([LaunchResult(launch(s.level(r.config.as_dict()), rng)) for r in batch])
     outcome = engine.outcome
@@ -183,21 +185,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument(
+        "--engine",
+        default="rules",
+        help="rules, model, or both side by side (rules,model): the same worlds for each",
+    )
     args = parser.parse_args(argv)
+    engines = args.engine.split(",")
     started = time.perf_counter()
-    results: dict[str, list[tuple[bool, int, int, int]]] = {}
+    results: dict[tuple[str, str], list[tuple[bool, int, int, int]]] = {}
     k_of: dict[str, int] = {}
     for trial in range(args.trials):
-        rng = random.Random(args.seed * 1_000_003 + trial)
-        for s in scenarios(rng):
-            results.setdefault(s.name, []).append(run(s, rng))
-            k_of[s.name] = len(s.plans)
+        for kind in engines:
+            # one stream per trial and engine: every engine meets the same culprits
+            rng = random.Random(args.seed * 1_000_003 + trial)
+            for s in scenarios(rng):
+                results.setdefault((s.name, kind), []).append(run(s, rng, kind))
+                k_of[s.name] = len(s.plans)
     rows = []
-    for name, rs in results.items():
+    for (name, kind), rs in sorted(results.items(), key=lambda kv: list(k_of).index(kv[0][0])):
         k = k_of[name]
         rows.append(
             (
                 name,
+                kind,
                 k,
                 sum(r[0] for r in rs) / len(rs),
                 statistics.fmean(r[3] for r in rs),
@@ -206,18 +217,23 @@ def main(argv: list[str] | None = None) -> int:
                 statistics.fmean(r[2] for r in rs),
             )
         )
-    header = "| scenario | k | accuracy | attribution evals | 2k+2 | evaluations | launches |"
+    header = (
+        "| scenario | engine | k | accuracy | attribution evals | 2k+2 | evaluations | launches |"
+    )
     if args.markdown:
         print(f"{args.trials} trials per scenario, seed {args.seed}; commit axis: 256 commits\n")
         print(header)
-        print("|---|---|---|---|---|---|---|")
-    for name, k, acc, attr, bound, ev, la in rows:
+        print("|---|---|---|---|---|---|---|---|")
+    for name, kind, k, acc, attr, bound, ev, la in rows:
         if args.markdown:
-            print(f"| {name} | {k} | {acc:.1%} | {attr:.2f} | {bound} | {ev:.2f} | {la:.2f} |")
+            print(
+                f"| {name} | {kind} | {k} | {acc:.1%} | {attr:.2f} | {bound} | {ev:.2f} "
+                f"| {la:.2f} |"
+            )
         else:
             print(
-                f"{name:52s} k={k} acc {acc:6.1%} attribution {attr:5.2f} (<= {bound}) "
-                f"evals {ev:6.2f} launches {la:6.2f}"
+                f"{name[:52]:52s} {kind:5s} k={k} acc {acc:6.1%} attribution {attr:5.2f} "
+                f"(<= {bound}) evals {ev:6.2f} launches {la:6.2f}"
             )
     print(f"\n({time.perf_counter() - started:.1f} s)", file=sys.stderr)
     _ = math

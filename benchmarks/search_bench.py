@@ -385,6 +385,10 @@ def strategies() -> list[tuple[str, Callable[[World, int], Result]]]:
         ("perfbisect --engine model", lambda w, n: run_perfbisect(w, n, Policy(), model=True)),
         ("perfbisect --all-steps", lambda w, n: run_perfbisect(w, n, Policy(all_steps=True))),
         (
+            "perfbisect --all-steps --engine model",
+            lambda w, n: run_perfbisect(w, n, Policy(all_steps=True), model=True),
+        ),
+        (
             "perfbisect, 2 launches per endpoint",
             lambda w, n: run_perfbisect(w, n, Policy(good_endpoint_launches=2)),
         ),

@@ -7,10 +7,51 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from perfbisect.bisect.stats import Verdict
+from perfbisect.config import Configuration
+
 B = TypeVar("B")  # what a measuring generator yields (a batch of launch requests)
 R = TypeVar("R")  # what it is sent back (their results)
 
 SET_SEPARATOR = "+"
+
+
+@dataclass(frozen=True)
+class AttributionRow:
+    """One configuration the attribution (or its ddmin) measured: the axes it takes at their
+    bad values, its verdict, and its median minus the good endpoint's."""
+
+    axes: tuple[str, ...]
+    position: int
+    verdict: Verdict
+    effect: float | None
+
+
+def mixed(
+    good: Configuration, bad: Configuration, bad_axes: Sequence[str], **override: str
+) -> Configuration:
+    """The configuration that takes ``bad``'s values on ``bad_axes`` and ``good``'s elsewhere
+    (``override``: values of its own for some axes)."""
+    values = {}
+    for axis, good_value in good.values:
+        value = bad.get(axis) if axis in bad_axes else good_value
+        values[axis] = override.get(axis, value or "")
+    return Configuration.of(values, good.context)
+
+
+def summary(culprit_sets: Sequence[Sequence[str]], steps: int) -> str:
+    """The outcome's message: the culprit axis sets (and how many steps were named)."""
+    names = " and ".join("+".join(s) for s in culprit_sets)
+    message = (
+        f"the regression needs {names}"
+        if any(len(s) > 1 for s in culprit_sets)
+        else f"culprit axis: {names}"
+    )
+    if len(culprit_sets) > 1:
+        message = f"{len(culprit_sets)} independent regressions: {names}"
+    if steps > sum(len(s) for s in culprit_sets):
+        message += f" ({steps} steps)"
+    return message
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,16 @@ path, so the session driver stores, replays and reports it like any other.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
 
-from perfbisect.bisect.axis_sets import AxisPlan, ddmin, join_set, split_set
+from perfbisect.bisect.axis_sets import (
+    AttributionRow,
+    AxisPlan,
+    ddmin,
+    join_set,
+    mixed,
+    split_set,
+    summary,
+)
 from perfbisect.bisect.rules.engine import (
     Culprit,
     Engine,
@@ -38,14 +45,6 @@ ANCHOR_LAUNCHES = 3  # launches of a level that a later threshold or comparison 
 # launch this many times slower than the better end's level is no outlier of it: one such launch
 # decides a subset (verify made eager: 8x) without a second one.
 BEYOND_OUTLIERS = 3.0
-
-
-@dataclass(frozen=True)
-class AttributionRow:
-    axes: tuple[str, ...]
-    position: int
-    verdict: Verdict
-    effect: float | None  # median of this configuration minus the good endpoint's
 
 
 _Gen = Generator[_Batch, list[LaunchResult], Verdict]
@@ -86,11 +85,7 @@ class MultiAxisEngine(Engine):
         return len(self.path) - 1
 
     def _config(self, bad_axes: Sequence[str], **override: str) -> Configuration:
-        values = {}
-        for axis, good_value in self.good.values:
-            value = self.bad.get(axis) if axis in bad_axes else good_value
-            values[axis] = override.get(axis, value or "")
-        return Configuration.of(values, self.good.context)
+        return mixed(self.good, self.bad, bad_axes, **override)
 
     def _judge(self, config: Configuration, seg: _Segment | None = None) -> _Gen:
         seg = seg or self._top
@@ -181,16 +176,7 @@ class MultiAxisEngine(Engine):
                 unresolved=tuple(unresolved),
             )
             return
-        names = " and ".join("+".join(s) for s in self.culprit_sets)
-        message = (
-            f"the regression needs {names}"
-            if any(len(s) > 1 for s in self.culprit_sets)
-            else f"culprit axis: {names}"
-        )
-        if len(self.culprit_sets) > 1:
-            message = f"{len(self.culprit_sets)} independent regressions: {names}"
-        if len(culprits) > sum(len(s) for s in self.culprit_sets):
-            message += f" ({len(culprits)} steps)"
+        message = summary(self.culprit_sets, len(culprits))
         self._finish(
             Status.FOUND,
             message,

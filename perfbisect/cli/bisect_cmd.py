@@ -120,7 +120,7 @@ def start(
         "--engine",
         metavar="rules|model",
         help="The search engine: 'rules' (default) or 'model' (one posterior decides every "
-        "launch and the stop; crossing first on one path, else the rules).",
+        "launch and the stop: crossing first, --all-steps and several axes).",
     ),
     confidence: float = typer.Option(
         0.99,
@@ -128,7 +128,7 @@ def start(
         min=0.5,
         max=0.9999,
         metavar="<p>",
-        help="With --engine model: the crossing's posterior to reach before naming it.",
+        help="With --engine model: the posterior a step must reach before it is named.",
     ),
     fresh: bool = typer.Option(
         False,

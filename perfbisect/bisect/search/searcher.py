@@ -23,6 +23,7 @@ from numpy.typing import NDArray
 from perfbisect.bisect.engine_state import EngineState, _Search
 from perfbisect.bisect.search.model import Belief, believe, point_level
 from perfbisect.bisect.search.planner import plan
+from perfbisect.bisect.search.steps import every_step
 from perfbisect.bisect.search.stop import launches_to_target, likeliest, named
 from perfbisect.bisect.stats import Verdict, difference, launch_times
 from perfbisect.bisect.values import Culprit, Purpose, Status
@@ -47,7 +48,7 @@ class ModelEngine(EngineState):
 
     # --- what the report asks of every engine -------------------------------------------
     def creep(self, steps: object, seen: object) -> list[tuple[int, int]]:
-        return []
+        return list(self.creep_gaps)  # gaps --all-steps searched without one step (steps.py)
 
     def beyond_bad_end(self) -> None:
         return None
@@ -96,6 +97,8 @@ class ModelEngine(EngineState):
                 continue
             if found is not None:
                 self._name(found.lo, found.hi, found.probability, verified=found.one)
+                if self.policy.all_steps and found.one:  # every step: steps.py goes on
+                    yield from every_step(self, self._pairs)
                 return
             launchable = self._launchable(b)
             if self.launch_count - start > budget or not launchable.any():

@@ -14,6 +14,7 @@ from perfbisect.bisect.multiaxis import MultiAxisEngine
 from perfbisect.bisect.report.report import build_report
 from perfbisect.bisect.report.report_model import Report, ReportStatus, counted
 from perfbisect.bisect.rules.engine import Culprit, Engine, Outcome, Status
+from perfbisect.bisect.search.attribution import ModelMultiAxis
 from perfbisect.bisect.session.driver import (
     _digest,
     _replayed,
@@ -115,7 +116,7 @@ def _stored_descent(
 def _bracket(engine: Engine) -> tuple[int, int] | None:
     """The last good and the first crossed configuration on the path so far (one path: the
     multi-axis search's configurations are not in path order)."""
-    if isinstance(engine, MultiAxisEngine) or engine.threshold is None:
+    if isinstance(engine, (MultiAxisEngine, ModelMultiAxis)) or engine.threshold is None:
         return None
     sign = -1.0 if engine.policy.higher_is_better else 1.0
 

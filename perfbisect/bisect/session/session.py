@@ -27,6 +27,7 @@ from perfbisect.bisect.rules.engine import (
     Purpose,
     Status,
 )
+from perfbisect.bisect.search.attribution import ModelMultiAxis
 from perfbisect.bisect.search.searcher import ModelEngine
 from perfbisect.bisect.session.baseline import BaselineRuns, SpeedupRow
 from perfbisect.bisect.session.confirm import Confirmation, PairToConfirm
@@ -275,12 +276,15 @@ def _engine(
     threshold: float | None,
     engine: str = "rules",
 ) -> Engine:
-    """One path: the binary search (or, with ``engine="model"`` and crossing first, the
-    search as one posterior); several axes (or a patch set): the multi-axis search."""
+    """One path: the binary search (or, with ``engine="model"``, the search as one
+    posterior, crossing first or every step); several axes (or a patch set): the multi-axis
+    search."""
     if plans:
         axis_plans = [AxisPlan.from_json(p) for p in plans]
+        if engine == "model":
+            return cast(Engine, ModelMultiAxis(path[0], path[-1], axis_plans, policy, threshold))
         return MultiAxisEngine(path[0], path[-1], axis_plans, policy, threshold)
-    if engine == "model" and not policy.all_steps:
+    if engine == "model":
         # Duck-typed: ModelEngine has every attribute the driver and the report read
         # (tests/test_model_engine.py runs a whole session through it).
         return cast(Engine, ModelEngine(path, policy, threshold))

@@ -1,0 +1,323 @@
+"""Several axes at once, on the model: which axes carry the regression, then where.
+
+The plan is the rule engine's (multiaxis.py): with D the axes on which good and bad differ,
+the configurations taking the bad value on one axis of D each are asked whether they regress;
+axes that do are culprit axes (an axis clearly worse but below the threshold is a stacked
+regression of its own); when none does, delta debugging over D finds a 1-minimal set. Each
+culprit axis is then searched with the rest of its set held bad: an ordered or categorical axis
+by the posterior over its values (segment.py), a set axis (patches) by ddmin.
+
+What differs is how each question is answered. "Does this configuration regress?" is the
+posterior that it lies past the threshold, read from a three-point path (the lower reference,
+the configuration, the upper reference) with every launch of the three in the order it ran:
+the model's slow launches and busy periods decide it, and the planner picks the next launch
+(the configuration again, a reference, or a back-to-back pair) until the answer reaches the
+target confidence (or its launches run out: the likelier side, UNCLEAR). A ddmin result is a
+step like any other: its subset without its last member and the subset are searched as a path
+between the references, named only at the target with the two launched back to back; a result
+the posterior does not hold up runs ddmin once more. Every measured configuration is one point
+of the growing path, so the session driver stores, replays and reports it like any other.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator, Sequence
+
+import numpy as np
+
+from perfbisect.bisect.axis_sets import (
+    AttributionRow,
+    AxisPlan,
+    ddmin,
+    join_set,
+    mixed,
+    split_set,
+    summary,
+)
+from perfbisect.bisect.engine_state import EngineState, _Batch, _Search
+from perfbisect.bisect.search.planner import plan
+from perfbisect.bisect.search.segment import (
+    SURE,
+    Answer,
+    belief,
+    culprit,
+    endpoints,
+    level_gap,
+    search,
+    sides,
+)
+from perfbisect.bisect.search.steps import gap_steps
+from perfbisect.bisect.stats import Verdict, median
+from perfbisect.bisect.values import Culprit, LaunchResult, Policy, Purpose, Status
+from perfbisect.config import Configuration
+
+DDMIN_ATTEMPTS = 2  # a ddmin result the posterior does not hold up is searched once more
+_QUESTION_LAUNCHES = 2  # launches one question may take, in units of the policy's maximum
+
+_Steps = Generator[_Batch, list[LaunchResult], tuple[list[tuple[int, int]], list[Culprit]]]
+
+
+class ModelMultiAxis(EngineState):
+    """The multi-axis search, every question answered by the posterior."""
+
+    def __init__(
+        self,
+        good: Configuration,
+        bad: Configuration,
+        plans: Sequence[AxisPlan],
+        policy: Policy | None = None,
+        threshold: float | None = None,
+    ) -> None:
+        self.good, self.bad = good, bad
+        self.plans = {p.name: p for p in plans}
+        self.attribution: list[AttributionRow] = []
+        self.culprit_sets: list[tuple[str, ...]] = []
+        self._positions = {good.fingerprint: 0, bad.fingerprint: 1}
+        self._pairs: set[tuple[int, int]] = set()
+        super().__init__([good, bad], policy, threshold)
+
+    # --- what the report asks of every engine -------------------------------------------
+    @property
+    def bad_end(self) -> int:
+        return 1  # the path grows past both endpoints with every configuration measured
+
+    def creep(self, steps: object, seen: object) -> list[tuple[int, int]]:
+        return list(self.creep_gaps)
+
+    def beyond_bad_end(self) -> None:
+        return None
+
+    # --- configurations -----------------------------------------------------------------
+    def _at(self, bad_axes: Sequence[str], **override: str) -> int:
+        """The position of the configuration bad on ``bad_axes`` (appended when new)."""
+        config = mixed(self.good, self.bad, bad_axes, **override)
+        known = self._positions.get(config.fingerprint)
+        if known is not None:
+            return known
+        self.path.append(config)
+        self._positions[config.fingerprint] = len(self.path) - 1
+        return len(self.path) - 1
+
+    def _record(self, axes: Sequence[str], position: int) -> None:
+        if any(row.position == position for row in self.attribution):
+            return  # ddmin asks about some subsets again; one row each
+        values = self.launches.get(position)
+        effect = median(values) - median(self.launches[0]) if values else None
+        verdict = self.verdicts.get(position, Verdict.UNCLEAR)
+        self.attribution.append(AttributionRow(tuple(axes), position, verdict, effect))
+
+    # --- the search -------------------------------------------------------------------------
+    def _run(self) -> _Search:
+        why = yield from endpoints(self, 0, 1)
+        if why:
+            self._finish(Status.NOT_REPRODUCED, why)
+            return
+        if not self.fixed_threshold:
+            level = math.exp(belief(self, [0, 1], None).threshold)
+            self.threshold = 1 / level if self.policy.higher_is_better else level
+        self._set_verdict(0, Verdict.GOOD)
+        self._set_verdict(1, Verdict.BAD)
+        differing = [a for a in self.good.differing_axes(self.bad) if a in self.plans]
+        sets = yield from self._attribute(differing)
+        self._record(differing, 1)
+        culprits: list[Culprit] = []
+        unresolved: list[tuple[int, int]] = []
+        for axes in sets:
+            self.culprit_sets.append(tuple(axes))
+            for axis in axes:
+                held = [a for a in axes if a != axis]
+                if self.plans[axis].kind == "set":
+                    open_, found = yield from self._set_steps(axis, held)
+                else:
+                    open_, found = yield from self._path_step(axis, held)
+                unresolved.extend(open_)
+                culprits.extend(found)
+        if not culprits:
+            self._finish(
+                Status.AMBIGUOUS,
+                "no culprit axis could be pinned down (skipped or unclear configurations)",
+                unresolved=tuple(unresolved),
+            )
+            return
+        message = summary(self.culprit_sets, len(culprits))
+        self._finish(Status.FOUND, message, culprits[0], tuple(unresolved), tuple(culprits))
+
+    def _threshold(self) -> float | None:
+        """The session's threshold where the user gave it; else None (derived by the model
+        from the references' levels, as the session's was from the endpoints')."""
+        return self.threshold if self.fixed_threshold else None
+
+    def _past(
+        self, position: int, refs: tuple[int, int], threshold: float | None
+    ) -> Generator[_Batch, list[LaunchResult], bool]:
+        """Does ``position`` lie past the threshold between the references' levels? The
+        posterior of the three-point path (lower reference, it, upper reference) answers at the
+        target confidence; the planner picks the launches until it does."""
+        lo_ref, hi_ref = refs
+        if position in refs:
+            return position == hi_ref
+        if position not in self.launches and position not in self.skip_reason:
+            yield self._request([position], Purpose.SEARCH)
+        order = [lo_ref, position, hi_ref]
+        target, spent = self.policy.confidence, 0
+        cap = _QUESTION_LAUNCHES * self.policy.max_launches
+        while True:
+            if position in self.skip_reason or position in self.gave_up:
+                self._set_verdict(position, Verdict.SKIP)
+                return False
+            below = sides(belief(self, order, threshold))[1]
+            if below <= 1 - target and len(self.launches[position]) < 2 and spent < cap:
+                # "Past" only on two launches: a lone slow launch can make a point read past;
+                # none makes one read below. (A step is named only back to back: search().)
+                spent += 1
+                yield self._request([position], Purpose.VERIFY)
+                continue
+            sure = below >= target or below <= 1 - target
+            if sure or spent >= cap:
+                verdict = (
+                    Verdict.GOOD
+                    if below >= SURE
+                    else Verdict.BAD
+                    if below <= 1 - SURE
+                    else Verdict.UNCLEAR
+                )
+                self._set_verdict(position, verdict)
+                return below < 0.5
+            # The configuration up to the policy's maximum, the references beyond it: when
+            # its own launches no longer move the answer, the references' levels are in doubt.
+            most = {lo_ref: 3, position: 1, hi_ref: 3}
+            ok = np.asarray(
+                [len(self.launches.get(p, [])) < most[p] * self.policy.max_launches for p in order]
+            )
+            if not ok.any():
+                spent = cap
+                continue
+            picked = plan(belief(self, order, threshold), ok, 1)
+            positions = [order[i] for i in picked.positions]
+            spent += len(positions)
+            yield self._request(positions, Purpose.VERIFY if picked.pair else Purpose.SEARCH)
+
+    def _attribute(
+        self, differing: list[str]
+    ) -> Generator[_Batch, list[LaunchResult], list[list[str]]]:
+        """The culprit axis sets: single axes past the threshold alone (and axes clearly worse
+        than the good level beside them: stacked), else a ddmin-minimal set."""
+        if len(differing) == 1:
+            return [differing]
+        threshold = self._threshold()
+        bad_alone = []
+        for axis in differing:
+            position = self._at([axis])
+            if (yield from self._past(position, (0, 1), threshold)):
+                bad_alone.append(axis)
+            self._record([axis], position)
+        if bad_alone:
+            for axis in differing:
+                position = self._at([axis])
+                stacked = axis not in bad_alone and position in self.launches
+                if stacked and (yield from level_gap(self, 0, position, self._pairs, probe=True)):
+                    bad_alone.append(axis)
+            return [[a] for a in differing if a in bad_alone]
+
+        def fails(subset: list[str]) -> Generator[_Batch, list[LaunchResult], bool]:
+            position = self._at(subset)
+            result = yield from self._past(position, (0, 1), threshold)
+            self._record(subset, position)
+            return result
+
+        minimal = yield from ddmin(differing, fails)
+        return [minimal]
+
+    def _path_step(self, axis: str, held: list[str]) -> _Steps:
+        """The step along an ordered or categorical axis with ``held`` axes bad: the posterior
+        over its values, the threshold midway between its ends' levels."""
+        order = [self._at(held, **{axis: v}) for v in self.plans[axis].values]
+        ends = [e for e in (order[0], order[-1]) if e not in self.launches]
+        if ends:
+            yield self._request(ends, Purpose.SEARCH)
+        # Its ends were judged on either side of the threshold by the attribution (a minimal
+        # set and the set without this axis), or they still have to show two levels.
+        judged = (self.verdicts.get(order[0]), self.verdicts.get(order[-1]))
+        if judged != (Verdict.GOOD, Verdict.BAD) and not (
+            yield from level_gap(self, order[0], order[-1], self._pairs, probe=True)
+        ):
+            return [], []  # its ends sit at one level: nothing to search on this axis
+        answer = yield from search(self, order, None, self._pairs)
+        open_, found = self._named(answer)
+        if found and self.policy.all_steps:  # the axis's other level changes too (steps.py)
+            steps, more = yield from gap_steps(self, order, found[0], self._pairs)
+            return open_ + more, steps
+        return open_, found
+
+    def _named(self, answer: Answer) -> tuple[list[tuple[int, int]], list[Culprit]]:
+        if answer.named:
+            return [], [culprit(self, answer)]
+        self.unresolved_why[(answer.lo, answer.hi)] = answer.why
+        return [(answer.lo, answer.hi)], []
+
+    def _set_steps(self, axis: str, held: list[str]) -> _Steps:
+        """The failure-inducing subsets of a set axis (patches). ddmin finds a 1-minimal subset
+        past the threshold; with ``--all-steps`` the members left over are applied without it,
+        and while they sit at a level apart from the base one (a second, smaller regression
+        that the first outweighs), ddmin searches them against the threshold between those
+        two levels."""
+        base = split_set(self.good.get(axis) or "")
+        members = split_set(self.bad.get(axis) or "")
+
+        def at(subset: Sequence[str]) -> int:
+            return self._at(held, **{axis: join_set([*base, *subset], members)})
+
+        remaining = list(self.plans[axis].items)
+        refs, threshold = (at([]), at(remaining)), self._threshold()
+        culprits: list[Culprit] = []
+        while True:
+            missing = [r for r in refs if r not in self.launches]
+            if missing:
+                yield self._request(missing, Purpose.SEARCH)
+            answer = yield from self._ddmin_step(remaining, at, refs, threshold)
+            open_, found = self._named(answer)
+            if not found:
+                return open_, culprits
+            culprits.extend(found)
+            config = self.path[answer.hi]
+            minimal = [m for m in split_set(config.get(axis) or "") if m in remaining]
+            remaining = [m for m in remaining if m not in minimal]
+            if not remaining or not self.policy.all_steps:
+                return [], culprits
+            rest = at(remaining)
+            if rest not in self.launches:
+                yield self._request([rest], Purpose.SEARCH)
+            if rest not in self.launches or not (
+                yield from level_gap(self, at([]), rest, self._pairs, probe=True)
+            ):
+                return [], culprits  # what is left sits at the base level
+            refs, threshold = (at([]), rest), None
+
+    def _ddmin_step(
+        self,
+        items: list[str],
+        at: Callable[[Sequence[str]], int],
+        refs: tuple[int, int],
+        threshold: float | None,
+    ) -> Generator[_Batch, list[LaunchResult], Answer]:
+        """The step of one minimal failure-inducing subset of ``items``: ddmin with each
+        subset's question answered by the posterior, then the subset without its last member
+        and the subset searched between the references (named at the target, back to back).
+        A result the posterior names elsewhere runs ddmin once more."""
+
+        def fails(subset: list[str]) -> Generator[_Batch, list[LaunchResult], bool]:
+            return (yield from self._past(at(subset), refs, threshold))
+
+        answer = Answer(refs[0], refs[1], 0.0, False, "ddmin found no subset")
+        for _ in range(DDMIN_ATTEMPTS):
+            minimal = yield from ddmin(items, fails)
+            lo, hi = at(minimal[:-1]), at(minimal)
+            order = list(dict.fromkeys([refs[0], lo, hi, refs[1]]))
+            answer = yield from search(self, order, threshold, self._pairs)
+            if answer.named and (answer.lo, answer.hi) == (lo, hi):
+                return answer
+        return answer
+
+
+__all__ = ["ModelMultiAxis"]

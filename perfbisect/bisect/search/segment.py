@@ -1,0 +1,304 @@
+"""One stretch of configurations searched by the posterior, for the searches beyond the
+crossing-first one: a level gap of ``--all-steps`` (steps.py), a culprit axis's values or a
+subset question of the multi-axis search and its ddmin (attribution.py).
+
+A segment is an ordered list of the engine's positions, its first at the better level, its last
+at the worse one; the model (model.py) reads it as a path 0..m from the launches of those
+positions, in the order they ran (so a busy period that slowed a launch elsewhere still counts
+as the machine's state). The same rules as the whole path's search decide: the planner
+(planner.py) picks the next launch(es), the stop rule (stop.py) names the crossing at the target
+once its two sides have run back to back, and a launch budget ends it with the likeliest range.
+Whether two levels differ at all (before a gap is searched) is the model's endpoint question:
+their own levels differ by the minimum effect beyond the noise, confirmed with interleaved
+launches.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfbisect.bisect.engine_state import EngineState, _Batch
+from perfbisect.bisect.search.model import Belief, believe, point_level
+from perfbisect.bisect.search.planner import plan
+from perfbisect.bisect.search.stop import launches_to_target, likeliest, named
+from perfbisect.bisect.stats import Verdict, difference, launch_times, median
+from perfbisect.bisect.values import Culprit, LaunchResult, Purpose
+
+SURE = 0.9  # a point's verdict: its side at this posterior (as the crossing-first search reads)
+_BUDGET = 12  # launches per halving of a segment (the crossing-first search's)
+_CONFIRM_PAIRS = 3  # interleaved pairs that confirm two levels differ, at most
+
+_Gen = Generator[_Batch, list[LaunchResult], "Answer"]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a segment's search found: ``lo`` the last position below, ``hi`` the first past
+    (engine positions); ``named``: at the target with its two sides launched back to back,
+    else the likeliest range when the search stopped (``why``)."""
+
+    lo: int
+    hi: int
+    probability: float
+    named: bool
+    why: str = ""
+
+
+def budget(state: EngineState, points: int) -> int:
+    """A segment's launch budget: as the crossing-first search's, by its length."""
+    return _BUDGET * state.policy.min_launches * (math.ceil(math.log2(max(2, points - 1))) + 3)
+
+
+def _times(state: EngineState) -> list[float]:
+    times = launch_times(state.in_order, state.policy.higher_is_better)
+    assert times is not None, "launch values must be positive"
+    return times
+
+
+def _threshold(state: EngineState, threshold: float | None) -> float | None:
+    """A threshold in the metric's unit, in time terms (larger is worse)."""
+    if threshold is not None and state.policy.higher_is_better:
+        return 1 / threshold
+    return threshold
+
+
+def belief(state: EngineState, order: Sequence[int], threshold: float | None) -> Belief:
+    """The posterior over ``order`` (read as a path 0..m) from its positions' launches, in the
+    order they ran. ``threshold``: in the metric's unit; None: derived from the ends' levels."""
+    index = {p: i for i, p in enumerate(order)}
+    at = sorted((i, index[p]) for p, seqs in state.seq.items() if p in index for i in seqs)
+    times = _times(state)
+    launches = [(j, times[i]) for i, j in at]
+    return believe(launches, len(order) - 1, _threshold(state, threshold), state.rel_sd())
+
+
+def sides(b: Belief) -> dict[int, float]:
+    """Each measured point's (index into the segment) probability of lying below."""
+    cdf = b.cdf()
+    return {int(p): 1 - float(cdf[int(p)]) for p in b.points}
+
+
+def search(
+    state: EngineState,
+    order: Sequence[int],
+    threshold: float | None,
+    pairs: set[tuple[int, int]],
+    verdicts: tuple[Verdict, Verdict] = (Verdict.GOOD, Verdict.BAD),
+) -> _Gen:
+    """The crossing of ``order`` by the posterior (its ends measured and apart). ``pairs``:
+    brackets already launched back to back (shared with the rest of the session).
+    ``verdicts``: what a point read below and past is (in a level gap, one side is the level
+    between the session's two: INTERMEDIATE)."""
+    policy = state.policy
+    target = policy.confidence
+    start, limit = state.launch_count, budget(state, len(order))
+    while True:
+        b = belief(state, order, threshold)
+        _read(state, order, b, verdicts)
+        unlaunchable = {
+            i for i, p in enumerate(order) if p in state.skip_reason or p in state.gave_up
+        }
+        found = named(b, target, unlaunchable)
+        if found is not None:
+            lo, hi = order[found.lo], order[found.hi]
+            if (lo, hi) not in pairs:
+                # Its two sides back to back first: a busy period slows both alike.
+                pairs.add((lo, hi))
+                yield state._request([lo, hi], Purpose.VERIFY)
+                continue
+            why = "" if found.one else f"positions {lo + 1}..{hi - 1} cannot be launched"
+            return Answer(lo, hi, found.probability, found.one, why)
+        ok = np.asarray(
+            [
+                i not in unlaunchable and len(state.launches.get(p, [])) < 3 * policy.max_launches
+                for i, p in enumerate(order)
+            ]
+        )
+        if state.launch_count - start > limit or not ok.any():
+            best = likeliest(b)
+            why = f"the launch budget ({limit}) is spent" if ok.any() else "nothing left to launch"
+            return Answer(
+                order[best.lo],
+                order[best.hi],
+                best.probability,
+                False,
+                f"{why}: the step is between positions {order[best.lo]} and {order[best.hi]} "
+                f"with probability {best.probability:.1%}; reaching {target:.0%} would take "
+                f"about {launches_to_target(b, target)} more launches",
+            )
+        picked = plan(b, ok, policy.slots)
+        positions = [order[i] for i in picked.positions]
+        if picked.pair:
+            pairs.add((positions[0], positions[1]))
+        yield state._request(positions, Purpose.VERIFY if picked.pair else Purpose.SEARCH)
+
+
+def _read(
+    state: EngineState, order: Sequence[int], b: Belief, verdicts: tuple[Verdict, Verdict]
+) -> None:
+    """Verdicts of the segment's measured inner points, from the posterior: a sure side sets
+    it; an unsure one leaves UNCLEAR only where there was none."""
+    for i, below in sides(b).items():
+        if i in (0, len(order) - 1):
+            continue
+        p = order[i]
+        verdict = (
+            verdicts[0] if below >= SURE else verdicts[1] if below <= 1 - SURE else Verdict.UNCLEAR
+        )
+        if state.verdicts.get(p) is not verdict and (
+            verdict is not Verdict.UNCLEAR or p not in state.verdicts
+        ):
+            state._set_verdict(p, verdict)
+
+
+def level(state: EngineState, position: int) -> float:
+    """A position's own level (log time) as the model reads it: the fastest agreeing launches."""
+    times = launch_times(state.launches[position], state.policy.higher_is_better)
+    assert times is not None, "launch values must be positive"
+    return point_level(np.log(np.asarray(times)))
+
+
+def core_level(state: EngineState, position: int) -> float:
+    """A position's level (log time) for comparing two levels: the median of its launches
+    without its slow outliers. (The fastest agreeing launches, ``level``, sit lower the more
+    launches a point has: on 8% noise two points of one level read 5-7% apart.)"""
+    times = launch_times(state._core(state.launches[position]), state.policy.higher_is_better)
+    assert times is not None, "launch values must be positive"
+    return math.log(median(times))
+
+
+def apart(state: EngineState, lo: int, hi: int, strict: bool, probe: bool = False) -> bool:
+    """``hi``'s level is worse than ``lo``'s by the minimum effect and beyond the noise of
+    both levels; ``strict``: the whole interval past the minimum effect; ``probe``: by the
+    minimum effect alone (a first look on one launch)."""
+    if not state.launches.get(lo) or not state.launches.get(hi):
+        return False
+    # both readings of the two levels must show the gap
+    gap = min(core_level(state, hi) - core_level(state, lo), level(state, hi) - level(state, lo))
+    floor = math.log(1 + state.policy.min_effect)
+    if probe:
+        return gap >= floor
+    n_lo, n_hi = len(state.launches[lo]), len(state.launches[hi])
+    noise = state.policy.noise.z * state.rel_sd() * math.sqrt(1 / n_lo + 1 / n_hi)
+    return gap - noise >= floor if strict else gap >= max(floor, noise)
+
+
+def level_gap(
+    state: EngineState,
+    lo: int,
+    hi: int,
+    pairs: set[tuple[int, int]] | None = None,
+    probe: bool = False,
+) -> Generator[_Batch, list[LaunchResult], bool]:
+    """Do ``lo`` and ``hi`` sit at two levels (``hi`` the worse by the minimum effect)? A gap
+    opens a whole search, so one seen on few launches is confirmed with interleaved pairs (a
+    busy period slows both launches of a pair alike) until both levels have three launches and
+    their difference stands beyond the noise, or it falls below the minimum effect.
+    ``pairs``: the brackets launched back to back, which these pairs join. ``probe``: look
+    closer whenever ``hi`` reads worse by the minimum effect (else only when that is beyond
+    the noise already)."""
+    if not apart(state, lo, hi, strict=False, probe=probe):
+        return False
+    for _ in range(_CONFIRM_PAIRS):
+        if min(len(state.launches[lo]), len(state.launches[hi])) >= 3 and apart(
+            state, lo, hi, strict=True
+        ):
+            return True
+        yield state._request([lo, hi], Purpose.VERIFY)
+        if pairs is not None:
+            pairs.add((lo, hi))
+        if {lo, hi} & (state.skip_reason.keys() | state.gave_up):
+            return False
+        if not apart(state, lo, hi, strict=False, probe=True):
+            return False
+    return apart(state, lo, hi, strict=True)
+
+
+def culprit(state: EngineState, answer: Answer) -> Culprit:
+    """The step an answer names, with its effect (the two sides' agreeing launches)."""
+    a, b = state.launches.get(answer.lo, []), state.launches.get(answer.hi, [])
+    if a and b:
+        effect = difference(state._core(a), state._core(b), state.rel_sd(), state.policy.noise.z)
+    else:
+        effect = difference([1.0], [1.0], 0.0, 0.0)
+    note = None if answer.named else answer.why
+    return Culprit(
+        state.point(answer.lo),
+        state.point(answer.hi),
+        effect,
+        answer.named,
+        note,
+        answer.probability,
+    )
+
+
+def big_enough(state: EngineState, step: Culprit) -> bool:
+    """The step's two sides differ by the minimum effect (else the level crept)."""
+    return apart(state, step.last_good.position, step.first_bad.position, False, probe=True)
+
+
+def ends_apart(state: EngineState, lo: int, hi: int) -> bool:
+    """The crossing-first search's endpoint rule for any two positions: their levels (the
+    fastest agreeing launches) differ by the minimum effect beyond the noise, or so do their
+    launches back to back (a busy period slows both launches of a pair alike), or they fall
+    on either side of a given threshold."""
+    if not state.launches.get(lo) or not state.launches.get(hi):
+        return False
+    g, b = level(state, lo), level(state, hi)
+    hib = state.policy.higher_is_better
+    if state.fixed_threshold:
+        assert state.threshold is not None
+        return g < math.log(1 / state.threshold if hib else state.threshold) <= b
+    floor = math.log(1 + state.policy.min_effect)
+    n_lo, n_hi = len(state.launches[lo]), len(state.launches[hi])
+    noise = state.policy.noise.z * state.rel_sd() * math.sqrt(1 / n_lo + 1 / n_hi)
+    if b - g >= max(floor, noise):
+        return True
+    at = {i: p for p in (lo, hi) for i in state.seq.get(p, [])}
+    times = _times(state)
+    ratios = [
+        math.log(times[i + 1] / times[i]) * (1 if at[i] == lo else -1)
+        for i in range(len(times) - 1)
+        if i in at and i + 1 in at and at[i] != at[i + 1]
+    ]
+    if len(ratios) < 3:
+        return False
+    noise = state.policy.noise.z * state.rel_sd() * math.sqrt(2 / len(ratios))
+    return float(np.median(ratios)) >= max(floor, noise)
+
+
+def endpoints(state: EngineState, lo: int, hi: int) -> Generator[_Batch, list[LaunchResult], str]:
+    """The endpoints launched interleaved (B G B per the policy's counts, then G B pairs)
+    until ``ends_apart``; "" then, else why the search cannot start."""
+    p = state.policy
+    first = [hi, lo] * max(p.bad_endpoint_launches, p.good_endpoint_launches)
+    first = [
+        x
+        for i, x in enumerate(first)
+        if (x == hi and i // 2 < p.bad_endpoint_launches)
+        or (x == lo and i // 2 < p.good_endpoint_launches)
+    ]
+    yield state._request(first, Purpose.ENDPOINT)
+    extra = 0
+    while True:
+        broken = [e for e in (lo, hi) if e in state.skip_reason]
+        if broken:
+            which = "good" if broken[0] == lo else "bad"
+            return f"the {which} endpoint could not be measured: {state.skip_reason[broken[0]]}"
+        if ends_apart(state, lo, hi):
+            return ""
+        if extra >= p.endpoint_confirm_launches:
+            g = state._estimate(state.launches[lo]).median
+            b = state._estimate(state.launches[hi]).median
+            if state.fixed_threshold:
+                return (
+                    f"the endpoints do not fall on either side of the threshold "
+                    f"{state.threshold:g} (good {g:g}, bad {b:g})"
+                )
+            return f"the bad endpoint ({b:g}) is not clearly worse than the good one ({g:g})"
+        extra += 1
+        yield state._request([lo, hi], Purpose.ENDPOINT)

@@ -1,0 +1,213 @@
+"""`--all-steps`, multi-axis attribution and ddmin on the model (`--engine model`): whole
+sessions through the CLI on real git repositories measured by real processes, and simulated
+searches (the benchmarks' worlds, a test double for GPU launches) that show no rule-chain class
+is needed. Every step and culprit a model session names carries its posterior (`confidence`);
+the rule engine, which these modes fell back to before, reports none for them."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from conftest import EXPERIMENT, Cli, value_repo
+from test_multiaxis import EXPERIMENT as AXES_EXPERIMENT
+from test_multiaxis import _patch_set, _repo, patch_names
+
+from perfbisect.bisect.search.searcher import ModelEngine
+from perfbisect.bisect.values import LaunchResult, Policy, Status
+from perfbisect.config import Configuration
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_all_steps_on_the_model_names_both_steps_with_their_posteriors(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # 19 -> 23 -> 29 ms over 12 commits: the crossing (23 -> 29) first, then the gap below it.
+    values = [19.0] * 4 + [23.0] * 4 + [29.0] * 4
+    repo = value_repo(tmp_path / "repo", values)
+    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
+    report = cli.bisect(repo.shas[0], repo.shas[-1], "--all-steps", "--engine", "model")
+    assert report["search"] == "all steps"
+    assert report["status"] == "found", report["message"]
+    assert [s["first_bad"]["commit"] for s in report["steps"]] == [repo.shas[4], repo.shas[8]]
+    assert report["culprit"]["first_bad"]["commit"] == repo.shas[8]
+    assert all(s["verified"] for s in report["steps"])
+    # the model's reading of each step (the rules leave it empty for --all-steps)
+    assert all(s["confidence"] >= 0.99 for s in report["steps"]), report["steps"]
+    verdicts = {p["position"]: p["verdict"] for p in report["path"]}
+    assert "intermediate" in verdicts.values()
+    assert "2 steps" in cli.run("bisect", "report").stdout
+
+
+def test_ddmin_on_the_model_names_two_patches_that_regress_only_together(
+    cli: Cli, tmp_path: Path
+) -> None:
+    repo = _repo(tmp_path)
+    every = _patch_set(repo.path, tmp_path, {2: {"cost/pair_a": "0"}, 7: {"cost/pair_b": "0"}})
+    head = repo.shas[-1]
+    report = cli.bisect(f"{head},patches=none", f"{head},patches={every}", "--engine", "model")
+    assert report["status"] == "found", report["message"]
+    assert report["culprit_axes"] == [["patches"]]
+    assert patch_names(report["culprit"]["first_bad"]["patches"]) == ["p2.patch", "p7.patch"]
+    assert patch_names(report["culprit"]["last_good"]["patches"]) == ["p2.patch"]
+    assert report["culprit"]["verified"] is True
+    assert report["culprit"]["confidence"] >= 0.99
+
+
+def test_attribution_on_the_model_names_the_interacting_axes(cli: Cli, tmp_path: Path) -> None:
+    repo = _repo(tmp_path, interaction_at=7)
+    (tmp_path / "perfbisect.toml").write_text(AXES_EXPERIMENT.format(patches=""))
+    report = cli.bisect(f"{repo.shas[0]},flag=a", f"{repo.shas[-1]},flag=b", "--engine", "model")
+    assert report["status"] == "found", report["message"]
+    assert sorted(report["culprit_axes"][0]) == ["commit", "flag"]
+    singles = {tuple(r["axes"]): r["verdict"] for r in report["attribution"]}
+    assert singles[("commit",)] == "good" and singles[("flag",)] == "good"
+    by_axis = {c["axis"]: c for c in report["culprits"]}
+    assert by_axis["commit"]["first_bad"]["commit"] == repo.shas[7]
+    assert by_axis["commit"]["first_bad"]["flag"] == "b"  # searched with flag held bad
+    assert all(c["confidence"] >= 0.99 for c in report["culprits"])
+    text = cli.run("bisect", "report").stdout
+    assert "attribution" in text and "culprit axes:" in text
+
+
+def test_a_patch_stack_with_two_regressions_on_the_model_with_all_steps(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # p3 +30 ms, p6 +3 ms: the second step is searched against the level the first leaves.
+    repo = _repo(tmp_path)
+    every = _patch_set(repo.path, tmp_path, {3: {"cost/p3": "30 eager"}, 6: {"cost/p6": "3 sync"}})
+    head = repo.shas[-1]
+    report = cli.bisect(
+        f"{head},patches=none", f"{head},patches={every}", "--all-steps", "--engine", "model"
+    )
+    assert report["status"] == "found", report["message"]
+    steps = report["steps"]
+    assert [patch_names(s["first_bad"]["patches"]) for s in steps] == [["p3.patch"], ["p6.patch"]]
+    assert all(s["verified"] and s["confidence"] >= 0.99 for s in steps)
+
+
+def _bench(name: str):  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    return __import__(name)
+
+
+def test_all_steps_on_simulated_two_step_worlds() -> None:
+    bench = _bench("search_bench")
+    for trial in range(3):
+        world = bench.two_step(256, random.Random(trial), 0.04, 0.03, False)
+        result = bench.run_perfbisect(world, 256, Policy(all_steps=True), model=True)
+        assert result.correct and result.all_steps and not result.phantom, (trial, result)
+
+
+def test_one_step_on_the_model_with_all_steps_opens_no_phantom_gap() -> None:
+    path = [Configuration.of({"commit": str(i)}) for i in range(129)]
+    engine = ModelEngine(path, Policy(all_steps=True))
+    rng = random.Random(3)
+    while batch := engine.next_batch():
+        level = [18.0 if r.position < 70 else 29.0 for r in batch]
+        engine.feed([LaunchResult(v * rng.gauss(1, 0.02)) for v in level])
+    assert engine.outcome is not None and engine.outcome.status is Status.FOUND
+    assert [c.first_bad.position for c in engine.outcome.steps] == [70]
+
+
+def test_no_mode_on_the_model_imports_the_rule_chain() -> None:
+    # Crossing first, every step, multi-axis with ddmin: run on the model in a fresh
+    # interpreter, none of the rule engine's layers is ever imported.
+    script = textwrap.dedent(
+        """
+        import random, sys
+        sys.path.insert(0, "benchmarks")
+        from perfbisect.bisect.axis_sets import AxisPlan, join_set, split_set
+        from perfbisect.bisect.search.attribution import ModelMultiAxis
+        from perfbisect.bisect.search.searcher import ModelEngine
+        from perfbisect.bisect.values import LaunchResult, Policy
+        from perfbisect.config import Configuration
+
+        rng = random.Random(1)
+        path = [Configuration.of({"commit": str(i)}) for i in range(65)]
+        for policy in (Policy(), Policy(all_steps=True)):
+            e = ModelEngine(path, policy)
+            while batch := e.next_batch():
+                e.feed([LaunchResult(19.0 if r.position < 20 else 23.0 if r.position < 40
+                                     else 29.0) for r in batch])
+            assert e.outcome.steps
+        items = tuple(f"p{i}" for i in range(6))
+        plans = [AxisPlan("patches", "set", ("", join_set(items, items)), items)]
+        e = ModelMultiAxis(Configuration.of({"patches": ""}),
+                           Configuration.of({"patches": join_set(items, items)}), plans, Policy())
+        while batch := e.next_batch():
+            e.feed([LaunchResult(29.0 if {"p1", "p4"} <= set(split_set(r.config.get("patches")))
+                                 else 18.0) for r in batch])
+        assert e.outcome.culprit is not None
+        rules = ("engine", "endpoints", "audit", "verification", "levels", "slow_launches",
+                 "multiaxis")
+        loaded = [m for m in sys.modules  # bisect/<name>.py or, laid out, bisect/rules/<name>.py
+                  if m.startswith("perfbisect.bisect.") and m.rsplit(".", 1)[-1] in rules]
+        print("rule modules:", loaded)
+        assert not loaded
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "rule modules: []" in done.stdout
+
+
+def test_a_model_multi_axis_search_replays_exactly() -> None:
+    # A resumed session feeds the stored launches into a fresh engine: it must ask for the
+    # same configurations in the same order (the model's searches hold no state of their own).
+    bench = _bench("multiaxis_bench")
+    from perfbisect.bisect.search.attribution import ModelMultiAxis
+
+    scenario = next(
+        s for s in bench.scenarios(random.Random(5)) if s.name.startswith("two regressions")
+    )
+    good, bad = Configuration.of(scenario.good), Configuration.of(scenario.bad)
+    policy = Policy(all_steps=True)
+    first = ModelMultiAxis(good, bad, scenario.plans, policy)
+    rng = random.Random(7)
+    asked, fed = [], []
+    while batch := first.next_batch():
+        results = [
+            LaunchResult(bench.launch(scenario.level(r.config.as_dict()), rng)) for r in batch
+        ]
+        asked.append([r.config.fingerprint for r in batch])
+        fed.append(results)
+        first.feed(results)
+    again = ModelMultiAxis(good, bad, scenario.plans, policy)
+    for wanted, results in zip(asked, fed):
+        assert [r.config.fingerprint for r in again.next_batch()] == wanted
+        again.feed(results)
+    assert again.next_batch() == []
+    assert first.outcome is not None and again.outcome == first.outcome
+    assert len(first.outcome.steps) == 2
+
+
+def test_all_steps_along_a_culprit_axis_on_the_model() -> None:
+    # Commits 19 -> 23 ms at 10 and -> 29 ms at 30; a second axis (flag) changes nothing. With
+    # --all-steps the commit axis's search goes on into the level gap below its crossing.
+    from perfbisect.bisect.axis_sets import AxisPlan
+    from perfbisect.bisect.search.attribution import ModelMultiAxis
+
+    commits = tuple(str(i) for i in range(40))
+    plans = [AxisPlan("commit", "path", commits), AxisPlan("flag", "path", ("a", "b"))]
+    good = Configuration.of({"commit": "0", "flag": "a"})
+    bad = Configuration.of({"commit": "39", "flag": "b"})
+    named = {}
+    for all_steps in (False, True):
+        engine = ModelMultiAxis(good, bad, plans, Policy(all_steps=all_steps))
+        rng = random.Random(4)
+        while batch := engine.next_batch():
+            at = [int(r.config.get("commit") or 0) for r in batch]
+            levels = [19.0 if c < 10 else 23.0 if c < 30 else 29.0 for c in at]
+            engine.feed([LaunchResult(v * rng.gauss(1, 0.02)) for v in levels])
+        assert engine.outcome is not None and engine.outcome.status is Status.FOUND
+        assert engine.culprit_sets == [("commit",)]
+        named[all_steps] = [s.first_bad.config.get("commit") for s in engine.outcome.steps]
+        assert all(s.verified and (s.confidence or 0) >= 0.99 for s in engine.outcome.steps)
+    assert named == {False: ["30"], True: ["10", "30"]}
