@@ -4,6 +4,7 @@ CLI on a real repository with real processes."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import sys
 from pathlib import Path
@@ -192,7 +193,7 @@ def test_on_a_shared_machine_the_named_bracket_runs_back_to_back_twice() -> None
     lo, hi = outcome.culprit.last_good.position, outcome.culprit.first_bad.position
     pairs = sum(
         1
-        for (a, pa), (b, pb) in zip(order, order[1:])
+        for (a, pa), (b, pb) in itertools.pairwise(order)
         if (a, b) == (lo, hi) and pa is pb is Purpose.VERIFY
     )
     assert pairs >= 2, order
