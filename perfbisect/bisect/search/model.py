@@ -209,24 +209,6 @@ def believe(
     """The posterior given ``launches`` ((position, value in time terms: larger is worse), in
     the order they ran; both endpoints among them), a path of positions 0..n, the threshold
     (time terms; None: derived from the endpoints) and the session's relative noise."""
-    b = _believe(launches, n, threshold, sd, False)
-    if len(b.points) > 2 and int(np.argmax(b.gap)) in (1, len(b.points) - 1):
-        j = int(np.argmax(b.gap))
-        if b.points[j] - b.points[j - 1] == 1:
-            # The crossing at an end itself: every other point on one side, so only that
-            # end's own launches say the other side exists. Whether they all ran slow is
-            # weighed then, whatever the launches look like.
-            return _believe(launches, n, threshold, sd, True)
-    return b
-
-
-def _believe(
-    launches: Sequence[tuple[int, float]],
-    n: int,
-    threshold: float | None,
-    sd: float,
-    doubt: bool,
-) -> Belief:
     sd = max(sd, 0.01)
     pos = np.asarray([p for p, _ in launches], dtype=np.int64)
     xs = np.log(np.asarray([v for _, v in launches], dtype=np.float64))
@@ -240,11 +222,7 @@ def _believe(
     # Only launches that no level read from the endpoints explains make the shifts worth
     # weighing: something faster than the good level, or the bad end below the threshold.
     t_first = math.log(threshold) if threshold is not None else (good + bad) / 2
-    doubted = (
-        doubt
-        or bool(np.any(xs < good - 3 * sd))
-        or bool(np.any(xs[idx == len(points) - 1] < t_first))
-    )
+    doubted = bool(np.any(xs < good - 3 * sd)) or bool(np.any(xs[idx == len(points) - 1] < t_first))
     priors = []
     for (i, k), prior in zip(_END_SHIFTS if doubted else _END_SHIFTS[:1], _END_SHIFT_PRIOR):
         # The endpoints' launches may have run in busy periods: their levels (and a derived
