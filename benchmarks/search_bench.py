@@ -404,30 +404,33 @@ SLOT_SCENARIOS = (
 )
 
 
-def rounds_table(trials: int, n: int, seed: int) -> None:
-    """Rounds of concurrent launches and launches for S slots (k-ary search), one run."""
+def rounds_table(trials: int, n: int, seed: int, engine: str = "") -> None:
+    """Rounds of concurrent launches and launches for S slots (k-ary search), one run, per
+    engine (``engine``: "rules" or "model" for one of them)."""
     print(
         f"N = {n} commits, {trials} trials per row, seed {seed}; target: rounds <= "
         "ceil(log_(S+1) N) + 4, accuracy unchanged\n"
     )
-    print("| scenario | slots | accuracy | rounds | target rounds | launches |")
-    print("|---|---|---|---|---|---|")
-    for scenario, make in SLOT_SCENARIOS:
-        for slots in SLOTS:
-            results = []
-            for trial in range(trials):
-                rng = random.Random(seed * 1_000_003 + trial)
-                results.append(
-                    run_perfbisect(make(n, rng, 0.04, 0.03, False), n, Policy(slots=slots))
-                )
-            accuracy = sum(r.correct for r in results) / len(results)
-            rounds = statistics.fmean(r.rounds for r in results)
-            launches = statistics.fmean(r.launches for r in results)
-            target = math.ceil(math.log(n, slots + 1) - 1e-9) + 4
-            print(
-                f"| {scenario} | {slots} | {accuracy:.1%} | {rounds:.2f} | {target} "
-                f"| {launches:.2f} |"
-            )
+    print("| scenario | engine | slots | accuracy | rounds | target rounds | launches |")
+    print("|---|---|---|---|---|---|---|")
+    for (scenario, make), (name, model), slots in itertools.product(
+        SLOT_SCENARIOS, LOAD_ENGINES, SLOTS
+    ):
+        if engine not in name:
+            continue
+        results = []
+        for trial in range(trials):
+            rng = random.Random(seed * 1_000_003 + trial)
+            world = make(n, rng, 0.04, 0.03, False)
+            results.append(run_perfbisect(world, n, Policy(slots=slots), model=model))
+        accuracy = sum(r.correct for r in results) / len(results)
+        rounds = statistics.fmean(r.rounds for r in results)
+        launches = statistics.fmean(r.launches for r in results)
+        target = math.ceil(math.log(n, slots + 1) - 1e-9) + 4
+        print(
+            f"| {scenario} | {name} | {slots} | {accuracy:.1%} | {rounds:.2f} | {target} "
+            f"| {launches:.2f} |"
+        )
 
 
 LOAD_SCENARIOS = (
@@ -502,8 +505,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--strategy",
         default="",
-        help="only the strategies of exactly these names (comma-separated); with --load, "
-        "the engine: rules or model",
+        help="only the strategies of exactly these names (comma-separated); with --load or "
+        "--rounds, the engine: rules or model",
     )
     parser.add_argument(
         "--rounds", action="store_true", help="rounds vs slots (k-ary search) instead"
@@ -520,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n({time.perf_counter() - started:.1f} s)", file=sys.stderr)
         return 0
     if args.rounds:
-        rounds_table(args.trials, args.n, args.seed)
+        rounds_table(args.trials, args.n, args.seed, args.strategy)
         print(f"\n({time.perf_counter() - started:.1f} s)", file=sys.stderr)
         return 0
     rows = []

@@ -4,6 +4,7 @@ CLI on a real repository with real processes."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import sys
 from pathlib import Path
@@ -161,3 +162,47 @@ def test_an_unknown_engine_is_an_input_error(cli: Cli, tmp_path: Path) -> None:
     result = cli.run("bisect", "start", "--good", shas[0], "--bad", shas[1], "--engine", "fast")
     assert result.returncode == 2
     assert "--engine fast" in result.stderr + result.stdout
+
+
+# Seeded worlds of the same scenario in which the model itself named a wrong configuration with
+# a posterior of 99% or more before it verified on a shared machine with two back-to-back pairs
+# (A B A B) and weighed each endpoint's own slow-down: a busy period over the one verification
+# pair, which read no step and was taken for a period ending between its two launches.
+LOAD_WRONG_BY_THE_MODEL = [47, 166]
+
+
+@pytest.mark.parametrize("trial", LOAD_WRONG_BY_THE_MODEL)
+def test_load_worlds_the_model_named_wrong_at_99_are_named_right(trial: int) -> None:
+    bench = _bench()
+    world = bench.load_comes_and_goes(1024, random.Random(1_000_003 + trial), 0.04, 0.03, False)
+    result = bench.run_perfbisect(world, 1024, Policy(), model=True)
+    assert result.status is Status.FOUND and result.correct, (result.named, world.culprit)
+
+
+def test_on_a_shared_machine_the_named_bracket_runs_back_to_back_twice() -> None:
+    # The busy world of the first seed above: the machine is read as shared, so the bracket
+    # named is launched A B A B (its pairs may come from the planner too) before it is named.
+    bench = _bench()
+    world = bench.load_comes_and_goes(1024, random.Random(1_000_003 + 166), 0.04, 0.03, False)
+    engine = ModelEngine(_path(1024), Policy())
+    order = _run(engine, lambda p: LaunchResult(world.launch(p)))
+    outcome = engine.outcome
+    assert outcome is not None and outcome.culprit is not None
+    assert engine.belief is not None and engine.belief.shared >= 0.5
+    lo, hi = outcome.culprit.last_good.position, outcome.culprit.first_bad.position
+    pairs = sum(
+        1
+        for (a, pa), (b, pb) in itertools.pairwise(order)
+        if (a, b) == (lo, hi) and pa is pb is Purpose.VERIFY
+    )
+    assert pairs >= 2, order
+
+
+def test_on_a_quiet_machine_one_pair_verifies() -> None:
+    bench = _bench()
+    world = bench.single_step(1024, random.Random(1_000_003 + 5), 0.04, 0.03, False)
+    engine = ModelEngine(_path(1024), Policy())
+    order = _run(engine, lambda p: LaunchResult(world.launch(p)))
+    assert engine.outcome is not None and engine.outcome.culprit is not None
+    assert engine.belief is not None and engine.belief.shared < 0.5
+    assert sum(1 for _, purpose in order if purpose is Purpose.VERIFY) == 2

@@ -42,10 +42,15 @@ OUTLIER = 0.03  # lone slow launches, whatever the machine's state
 # (start, stay, prior weight): a quiet machine and a shared one whose busy periods last ~12
 CHAINS = ((0.002, 0.5, 0.5), (0.05, 0.92, 0.5))
 SWITCH = 0.05  # a busy launch's chance of a factor other than the one before it
-# The endpoints' launches ran in one busy period, slowed by one of these factors (log), with
-# these priors (the first: they did not).
+# The endpoints' launches ran in busy periods, each end's slowed by one of these factors (log).
+# Priors: neither was (0.94); both alike, one period over the endpoint phase (0.02 each
+# factor); each end by its own factor, one of them perhaps not at all (an end launched again
+# later on a quiet machine reads its level from those launches; 0.002 each).
 SHIFTS = np.log(np.asarray([1.0, 1.5, 2.0, 2.5]))
-_SHIFT_PRIOR = np.log(np.asarray([0.94, 0.02, 0.02, 0.02]))
+_END_SHIFTS = [(0, 0), (1, 1), (2, 2), (3, 3)] + [
+    (i, k) for i in range(4) for k in range(4) if i != k
+]
+_END_SHIFT_PRIOR = np.log(np.asarray([0.94, 0.02, 0.02, 0.02] + [0.002] * 12))
 # The busy states' slow-downs (log-spaced): another job's share of the machine slows it by 1.3x
 # or more; less than that is a level's business (a plateau, creep), not the machine's.
 BUSY_LO, BUSY_HI = 1.3, 3.0
@@ -74,6 +79,7 @@ class Belief:
     sd: float
     level_bits: float = 0.0  # bits about the crossing the endpoints' levels' doubt holds
     end_launches: tuple[int, int] = (1, 1)  # launches of the good and the bad end
+    shared: float = 0.0  # the probability that the machine is the shared one (busy periods)
 
     def crossing_at(self, position: int) -> float:
         """The probability that ``position`` is the first past the threshold."""
@@ -217,11 +223,15 @@ def believe(
     # weighing: something faster than the good level, or the bad end below the threshold.
     t_first = math.log(threshold) if threshold is not None else (good + bad) / 2
     doubted = bool(np.any(xs < good - 3 * sd)) or bool(np.any(xs[idx == len(points) - 1] < t_first))
-    for shift in SHIFTS if doubted else SHIFTS[:1]:
-        # The endpoints' launches may all have run in one busy period: their levels (and a
-        # derived threshold, midway between them: geometric, as noise is relative) lower by
-        # one of these factors is a hypothesis the later launches weigh.
-        g, b = good - shift, bad - shift
+    priors = []
+    for (i, k), prior in zip(_END_SHIFTS if doubted else _END_SHIFTS[:1], _END_SHIFT_PRIOR):
+        # The endpoints' launches may have run in busy periods: their levels (and a derived
+        # threshold, midway between them: geometric, as noise is relative) lower by these
+        # factors is a hypothesis the later launches weigh.
+        g, b = good - SHIFTS[i], bad - SHIFTS[k]
+        if (i or k) and b <= g + 0.02:
+            continue  # a bad end not 2% worse than the good one explains no search
+        priors.append(prior)
         t_log = math.log(threshold) if threshold is not None else (g + b) / 2
         lo, hi = _plateaus(own, g, b, t_log, sd)
         levels.append((g, b, t_log, lo, hi))
@@ -229,7 +239,7 @@ def believe(
         e_past.append(_emissions(xs, _side_levels(xs, idx, len(points), b, hi, sd), sd))
     loglik, alpha = _forward(np.asarray(e_below), np.asarray(e_past), idx, gaps)
     sizes = np.diff(points).astype(np.float64)
-    score = loglik + _CHAIN_PRIOR[:, None, None] + _SHIFT_PRIOR[None, : len(levels), None]
+    score = loglik + _CHAIN_PRIOR[:, None, None] + np.asarray(priors)[None, :, None]
     score = score + np.log(sizes)[None, None, :]
     w = np.exp(score - score.max())
     gap = np.concatenate([[0.0], w.sum(axis=(0, 1)) / w.sum()])
@@ -242,8 +252,21 @@ def believe(
     # them would give (launching an endpoint again buys part of them).
     level_bits = float(_entropy(gap[1:])) - float(np.sum(weight / weight.sum() * _entropy(given)))
     g, b, t_log, lo, hi = levels[int(np.argmax(weight))]
+    by_chain = w.sum(axis=(1, 2))
+    shared = float(by_chain[1] / by_chain.sum())
     return Belief(
-        points, gap, busy_next, g, b, t_log, lo, hi, sd, max(0.0, level_bits), (n_good, n_bad)
+        points,
+        gap,
+        busy_next,
+        g,
+        b,
+        t_log,
+        lo,
+        hi,
+        sd,
+        max(0.0, level_bits),
+        (n_good, n_bad),
+        shared,
     )
 
 

@@ -15,6 +15,7 @@ endpoint: those are launches the planner picks when they are worth most.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,6 +31,10 @@ from perfbisect.bisect.values import Culprit, Purpose, Status
 from perfbisect.config import Configuration
 
 _TOP_BUDGET = 12  # launches per halving of the path (3 per halving, x4: the rule engine's)
+# Back-to-back pairs of the named bracket's two sides before it is named: one on a quiet
+# machine, two (A B A B) once the launches make a shared machine (busy periods) the likelier
+# one, so that a period that begins or ends inside one pair cannot confirm a step alone.
+_PAIRS_QUIET, _PAIRS_SHARED = 1, 2
 _SURE = 0.9  # a point's verdict: GOOD / BAD when its side has this posterior
 
 
@@ -43,7 +48,7 @@ class ModelEngine(EngineState):
         threshold: float | None = None,
     ) -> None:
         self.belief: Belief | None = None
-        self._pairs: set[tuple[int, int]] = set()  # brackets launched back to back
+        self._pairs: Counter[tuple[int, int]] = Counter()  # brackets launched back to back
         super().__init__(path, policy, threshold)  # type: ignore[arg-type]
 
     # --- what the report asks of every engine -------------------------------------------
@@ -88,12 +93,14 @@ class ModelEngine(EngineState):
         while True:
             b = self._believe()
             found = named(b, target, self._unlaunchable())
-            if found is not None and (found.lo, found.hi) not in self._pairs:
+            need = _PAIRS_SHARED if b.shared >= 0.5 else _PAIRS_QUIET
+            if found is not None and self._pairs[(found.lo, found.hi)] < need:
                 # The stop rule would name it (a configuration, or a range around ones that
-                # cannot run): its two sides back to back first, so that a busy period cannot
-                # have made the step (the pair enters the posterior).
+                # cannot run): its two sides back to back first (twice on a shared machine),
+                # so that a busy period cannot have made the step (the pairs enter the
+                # posterior, which must still name it after them).
                 yield self._request([found.lo, found.hi], Purpose.VERIFY)
-                self._pairs.add((found.lo, found.hi))
+                self._pairs[(found.lo, found.hi)] += 1
                 continue
             if found is not None:
                 self._name(found.lo, found.hi, found.probability, verified=found.one)
@@ -121,7 +128,7 @@ class ModelEngine(EngineState):
                 list(picked.positions), Purpose.VERIFY if picked.pair else Purpose.SEARCH
             )
             if picked.pair:
-                self._pairs.add((picked.positions[0], picked.positions[1]))
+                self._pairs[(picked.positions[0], picked.positions[1])] += 1
 
     def _believe(self) -> Belief:
         at = [0] * len(self.in_order)
