@@ -22,6 +22,7 @@ of the growing path, so the session driver stores, replays and reports it like a
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Generator, Sequence
 
 import numpy as np
@@ -74,7 +75,7 @@ class ModelMultiAxis(EngineState):
         self.attribution: list[AttributionRow] = []
         self.culprit_sets: list[tuple[str, ...]] = []
         self._positions = {good.fingerprint: 0, bad.fingerprint: 1}
-        self._pairs: set[tuple[int, int]] = set()
+        self._pairs: Counter[tuple[int, int]] = Counter()
         super().__init__([good, bad], policy, threshold)
 
     # --- what the report asks of every engine -------------------------------------------

@@ -306,15 +306,20 @@ def _plateaus(
     a plateau's points pool their launches, and a point that reads like the plateau is not
     past the threshold by a level of its own). Below: the points between the good level and
     the threshold; past: the points clearly past it but clearly apart from the bad level (a
-    later commit took part of it back). The end's level where fewer than two points show one."""
+    later commit took part of it back). The end's level where no point shows one."""
     inner = own[1:-1]
     lower = inner[(inner > good + 3 * sd) & (inner < t_log)]
     upper = inner[(inner >= t_log + 3 * sd) & (np.abs(inner - bad) > 3 * sd)]
-    # A plateau is a run of points: one point alone sets none (its own launches would set the
-    # level they are judged against). On this machine, with its load coming and going, one
-    # good point whose launches all ran in busy periods read as a past plateau of its own at
-    # 9.3 ms against a bad end of 6.7, and was named the culprit at 99.5%
-    # (tests/test_model_engine.py, the live sequence).
-    below = float(np.median(lower)) if len(lower) >= 2 else good
-    past = float(np.median(upper)) if len(upper) >= 2 else bad
+    # A plateau worse than the bad end is a run of points: one point alone sets none there (its
+    # own launches would set the level they are judged against, and a slow launch is never
+    # fast, so only that side is one busy period away from any point). On this machine, with
+    # its load coming and going, one good point whose launches all ran in busy periods read as
+    # a past plateau of its own at 9.3 ms against a bad end of 6.7, and was named the culprit
+    # at 99.5% (tests/test_model_engine.py, the live sequence). Between the threshold and the
+    # bad end one point may hold a level of its own (a patch stack's intermediate step).
+    beyond = upper > bad
+    if np.sum(beyond) == 1:
+        upper = upper[~beyond]
+    below = float(np.median(lower)) if len(lower) else good
+    past = float(np.median(upper)) if len(upper) else bad
     return below, past

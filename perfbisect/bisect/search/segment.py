@@ -16,6 +16,7 @@ launches.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
@@ -86,7 +87,7 @@ def search(
     state: EngineState,
     order: Sequence[int],
     threshold: float | None,
-    pairs: set[tuple[int, int]],
+    pairs: Counter[tuple[int, int]],
     verdicts: tuple[Verdict, Verdict] = (Verdict.GOOD, Verdict.BAD),
 ) -> _Gen:
     """The crossing of ``order`` by the posterior (its ends measured and apart). ``pairs``:
@@ -107,7 +108,7 @@ def search(
             lo, hi = order[found.lo], order[found.hi]
             if (lo, hi) not in pairs:
                 # Its two sides back to back first: a busy period slows both alike.
-                pairs.add((lo, hi))
+                pairs[(lo, hi)] += 1
                 yield state._request([lo, hi], Purpose.VERIFY)
                 continue
             why = "" if found.one else f"positions {lo + 1}..{hi - 1} cannot be launched"
@@ -133,7 +134,7 @@ def search(
         picked = plan(b, ok, policy.slots)
         positions = [order[i] for i in picked.positions]
         if picked.pair:
-            pairs.add((positions[0], positions[1]))
+            pairs[(positions[0], positions[1])] += 1
         yield state._request(positions, Purpose.VERIFY if picked.pair else Purpose.SEARCH)
 
 
@@ -191,7 +192,7 @@ def level_gap(
     state: EngineState,
     lo: int,
     hi: int,
-    pairs: set[tuple[int, int]] | None = None,
+    pairs: Counter[tuple[int, int]] | None = None,
     probe: bool = False,
 ) -> Generator[_Batch, list[LaunchResult], bool]:
     """Do ``lo`` and ``hi`` sit at two levels (``hi`` the worse by the minimum effect)? A gap
@@ -210,7 +211,7 @@ def level_gap(
             return True
         yield state._request([lo, hi], Purpose.VERIFY)
         if pairs is not None:
-            pairs.add((lo, hi))
+            pairs[(lo, hi)] += 1
         if {lo, hi} & (state.skip_reason.keys() | state.gave_up):
             return False
         if not apart(state, lo, hi, strict=False, probe=True):
