@@ -22,8 +22,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from perfbisect.bisect.engine_state import EngineState, _Search
-from perfbisect.bisect.search.model import Belief, believe, point_level
+from perfbisect.bisect.search.model import Belief, believe
 from perfbisect.bisect.search.planner import plan
+from perfbisect.bisect.search.segment import endpoints
 from perfbisect.bisect.search.steps import every_step
 from perfbisect.bisect.search.stop import launches_to_target, likeliest, named
 from perfbisect.bisect.stats import Verdict, difference, launch_times
@@ -62,31 +63,10 @@ class ModelEngine(EngineState):
     def _run(self) -> _Search:
         n = self.bad_end
         p = self.policy
-        ends = [n, 0] * max(p.bad_endpoint_launches, p.good_endpoint_launches)
-        first = [
-            x
-            for i, x in enumerate(ends)
-            if (x == n and i // 2 < p.bad_endpoint_launches)
-            or (x == 0 and i // 2 < p.good_endpoint_launches)
-        ]
-        yield self._request(first, Purpose.ENDPOINT)
-        extra = 0
-        while True:
-            broken = [e for e in (0, n) if e in self.skip_reason]
-            if broken:
-                which = "good" if broken[0] == 0 else "bad"
-                self._finish(
-                    Status.NOT_REPRODUCED,
-                    f"the {which} endpoint could not be measured: {self.skip_reason[broken[0]]}",
-                )
-                return
-            if self._ends_differ():
-                break
-            if extra >= p.endpoint_confirm_launches:
-                self._finish(Status.NOT_REPRODUCED, self._not_reproduced())
-                return
-            extra += 1
-            yield self._request([0, n], Purpose.ENDPOINT)
+        why = yield from endpoints(self, 0, n)
+        if why:
+            self._finish(Status.NOT_REPRODUCED, why)
+            return
         budget = _TOP_BUDGET * p.min_launches * (math.ceil(math.log2(max(2, n))) + 3)
         start = self.launch_count
         target = p.confidence
@@ -177,53 +157,6 @@ class ModelEngine(EngineState):
             if len(values) >= cap:
                 ok[position] = False
         return ok
-
-    def _ends_differ(self) -> bool:
-        """The endpoints' levels as the model reads them (slow launches never fast: the
-        fastest agreeing ones) differ by the minimum effect beyond the noise, or so do their
-        launches back to back (a busy period slows both launches of a neighbouring pair
-        alike), or they fall on either side of a given threshold."""
-        good, bad = self.launches.get(0), self.launches.get(self.bad_end)
-        if not good or not bad:
-            return False
-        hib = self.policy.higher_is_better
-        g_t, b_t = launch_times(good, hib), launch_times(bad, hib)
-        assert g_t is not None and b_t is not None, "launch values must be positive"
-        g = point_level(np.log(np.asarray(g_t)))
-        b = point_level(np.log(np.asarray(b_t)))
-        if self.fixed_threshold:
-            assert self.threshold is not None
-            t = self.threshold
-            return g < math.log(1 / t if hib else t) <= b
-        floor = math.log(1 + self.policy.min_effect)
-        noise = self.policy.noise.z * self.rel_sd() * math.sqrt(1 / len(good) + 1 / len(bad))
-        return b - g >= max(floor, noise) or self._pairs_differ(floor)
-
-    def _pairs_differ(self, floor: float) -> bool:
-        """The median log ratio (bad over good) of the endpoints' launches that ran next to
-        each other reaches ``floor`` and its noise."""
-        at = {i: p for p, seq in self.seq.items() if p in (0, self.bad_end) for i in seq}
-        times = launch_times(self.in_order, self.policy.higher_is_better)
-        assert times is not None
-        ratios = [
-            math.log(times[i + 1] / times[i]) * (1 if at[i] == 0 else -1)
-            for i in range(len(times) - 1)
-            if i in at and i + 1 in at and at[i] != at[i + 1]
-        ]
-        if len(ratios) < 3:
-            return False
-        noise = self.policy.noise.z * self.rel_sd() * math.sqrt(2 / len(ratios))
-        return float(np.median(ratios)) >= max(floor, noise)
-
-    def _not_reproduced(self) -> str:
-        g = self._estimate(self.launches[0]).median
-        b = self._estimate(self.launches[self.bad_end]).median
-        if self.fixed_threshold:
-            return (
-                f"the endpoints do not fall on either side of the threshold {self.threshold:g} "
-                f"(good {g:g}, bad {b:g})"
-            )
-        return f"the bad endpoint ({b:g}) is not clearly worse than the good one ({g:g})"
 
     def _name(self, lo: int, hi: int, probability: float, verified: bool) -> None:
         a, b = self.launches.get(lo, []), self.launches.get(hi, [])
