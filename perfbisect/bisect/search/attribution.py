@@ -39,13 +39,13 @@ from perfbisect.bisect.axis_sets import (
 from perfbisect.bisect.engine_state import EngineState, _Batch, _Search
 from perfbisect.bisect.search.planner import plan
 from perfbisect.bisect.search.segment import (
-    SURE,
     Answer,
     belief,
     culprit,
     endpoints,
     level_gap,
     search,
+    side_verdict,
     sides,
 )
 from perfbisect.bisect.search.steps import gap_steps
@@ -176,14 +176,7 @@ class ModelMultiAxis(EngineState):
                 continue
             sure = below >= target or below <= 1 - target
             if sure or spent >= cap:
-                verdict = (
-                    Verdict.GOOD
-                    if below >= SURE
-                    else Verdict.BAD
-                    if below <= 1 - SURE
-                    else Verdict.UNCLEAR
-                )
-                self._set_verdict(position, verdict)
+                self._set_verdict(position, side_verdict(below))
                 return below < 0.5
             # The configuration up to the policy's maximum, the references beyond it: when
             # its own launches no longer move the answer, the references' levels are in doubt.

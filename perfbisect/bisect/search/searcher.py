@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 from perfbisect.bisect.engine_state import EngineState, _Search
 from perfbisect.bisect.search.model import Belief, believe
 from perfbisect.bisect.search.planner import plan
-from perfbisect.bisect.search.segment import endpoints
+from perfbisect.bisect.search.segment import endpoints, side_verdict
 from perfbisect.bisect.search.steps import every_step
 from perfbisect.bisect.search.stop import launches_to_target, likeliest, named
 from perfbisect.bisect.stats import Verdict, difference, launch_times
@@ -36,7 +36,6 @@ _TOP_BUDGET = 12  # launches per halving of the path (3 per halving, x4: the rul
 # machine, two (A B A B) once the launches make a shared machine (busy periods) the likelier
 # one, so that a period that begins or ends inside one pair cannot confirm a step alone.
 _PAIRS_QUIET, _PAIRS_SHARED = 1, 2
-_SURE = 0.9  # a point's verdict: GOOD / BAD when its side has this posterior
 
 
 class ModelEngine(EngineState):
@@ -132,13 +131,7 @@ class ModelEngine(EngineState):
         cdf = b.cdf()
         for position in (int(p) for p in b.points):
             below = 1 - float(cdf[position])
-            verdict = (
-                Verdict.GOOD
-                if below >= _SURE
-                else Verdict.BAD
-                if below <= 1 - _SURE
-                else Verdict.UNCLEAR
-            )
+            verdict = side_verdict(below)
             if self.verdicts.get(position) is not verdict:
                 self._set_verdict(position, verdict)
         for position in self.skip_reason:

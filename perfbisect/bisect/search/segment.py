@@ -36,6 +36,14 @@ _CONFIRM_PAIRS = 3  # interleaved pairs that confirm two levels differ, at most
 _Gen = Generator[_Batch, list[LaunchResult], "Answer"]
 
 
+def side_verdict(
+    below: float, sides: tuple[Verdict, Verdict] = (Verdict.GOOD, Verdict.BAD)
+) -> Verdict:
+    """A point's verdict from its posterior of being below: ``sides[0]`` (below) or
+    ``sides[1]`` (past) where that side has ``SURE``, else UNCLEAR."""
+    return sides[0] if below >= SURE else sides[1] if below <= 1 - SURE else Verdict.UNCLEAR
+
+
 @dataclass(frozen=True)
 class Answer:
     """What a segment's search found: ``lo`` the last position below, ``hi`` the first past
@@ -147,9 +155,7 @@ def _read(
         if i in (0, len(order) - 1):
             continue
         p = order[i]
-        verdict = (
-            verdicts[0] if below >= SURE else verdicts[1] if below <= 1 - SURE else Verdict.UNCLEAR
-        )
+        verdict = side_verdict(below, verdicts)
         if state.verdicts.get(p) is not verdict and (
             verdict is not Verdict.UNCLEAR or p not in state.verdicts
         ):
