@@ -294,6 +294,23 @@ class EngineState:
         """For the report: ``worse`` clearly worse than ``better``, as the engine judges it."""
         return self._clearly_worse(better, worse)
 
+    def steps_headline(
+        self, crossing: Culprit, steps: Sequence[Culprit], n: int, otherwise: str
+    ) -> str:
+        """The outcome's first words for the steps found on a path of positions 0..n: the one
+        step, or every step and the crossing's place among them; ``otherwise``: what the
+        crossing is when no step's medians straddle the threshold (each engine names it as it
+        chose it)."""
+        if len(steps) == 1:
+            return f"first bad configuration at position {crossing.first_bad.position} of {n}"
+        where = ", ".join(str(c.first_bad.position) for c in steps)
+        # Only what the numbers show: "crosses" when the two medians straddle the threshold.
+        which = "crosses the threshold" if self.straddles(crossing) else otherwise
+        return (
+            f"the regression came in {len(steps)} steps (at positions {where} of {n}); "
+            f"position {crossing.first_bad.position} {which}"
+        )
+
     def straddles(self, step: Culprit, threshold: float | None = None) -> bool:
         """Do the medians of the step's two sides lie on either side of the threshold?"""
         threshold = self.threshold if threshold is None else threshold

@@ -88,20 +88,9 @@ class Engine(Endpoints):
             return
         unresolved, steps = found
         culprit = self._crossing(steps)
-        if len(steps) == 1:
-            message = f"first bad configuration at position {culprit.first_bad.position} of {last}"
-        else:
-            where = ", ".join(str(c.first_bad.position) for c in steps)
-            # Only what the numbers show: "crosses" when the two medians straddle the threshold.
-            which = (
-                "crosses the threshold"
-                if self.straddles(culprit)
-                else "is the largest (no step's medians straddle the threshold)"
-            )
-            message = (
-                f"the regression came in {len(steps)} steps (at positions {where} of {last}); "
-                f"position {culprit.first_bad.position} {which}"
-            )
+        message = self.steps_headline(
+            culprit, steps, last, "is the largest (no step's medians straddle the threshold)"
+        )
         message += remeasured
         if unresolved:
             message += f"; {len(unresolved)} further level change(s) could not be pinned down"

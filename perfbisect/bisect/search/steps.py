@@ -84,21 +84,12 @@ def _message(
     steps: list[Culprit],
     unresolved: list[tuple[int, int]],
 ) -> str:
-    n = engine.bad_end
-    if len(steps) == 1:
-        message = f"first bad configuration at position {crossing.first_bad.position} of {n}"
-    else:
-        where = ", ".join(str(c.first_bad.position) for c in steps)
-        # Only what the numbers show: "crosses" when the two medians straddle the threshold.
-        which = (
-            "crosses the threshold"
-            if engine.straddles(crossing)
-            else "is the crossing the posterior named (no step's medians straddle the threshold)"
-        )
-        message = (
-            f"the regression came in {len(steps)} steps (at positions {where} of {n}); "
-            f"position {crossing.first_bad.position} {which}"
-        )
+    message = engine.steps_headline(
+        crossing,
+        steps,
+        engine.bad_end,
+        "is the crossing the posterior named (no step's medians straddle the threshold)",
+    )
     message += f" (posterior {crossing.confidence:.1%})" if crossing.confidence else ""
     if unresolved:
         message += f"; {len(unresolved)} further level change(s) could not be pinned down"
