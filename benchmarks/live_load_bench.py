@@ -22,6 +22,7 @@ printed before and after: other work on a shared machine counts in as well.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -226,9 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="pb-live-") as scratch:
         tmp = args.keep or scratch
         load = None if args.quiet else Load(args.seed)
-        if load is not None:
-            load.__enter__()
-        try:
+        with load if load is not None else contextlib.nullcontext():
             for trial in range(args.trials):
                 culprit = rng.randint(args.n // 4, 3 * args.n // 4)
                 where = Path(tmp) / f"t{trial}"
@@ -244,9 +243,6 @@ def main(argv: list[str] | None = None) -> int:
                         f"confidence {o.confidence}, {o.launches} launches, {o.wall_s:.0f} s",
                         flush=True,
                     )
-        finally:
-            if load is not None:
-                load.__exit__(None, None, None)
     wall = time.monotonic() - start
     busy = f", busy {load.busy_s / wall:.0%} of it" if load is not None else ""
     print(f"load average after: {os.getloadavg()[0]:.2f}; {wall:.0f} s in all{busy}")
