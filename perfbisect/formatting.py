@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from perfbisect.bisect.report.report_model import Interval, MergeDescent, Step
+from perfbisect.bisect.stats import posterior_percent
 from perfbisect.targets.sglang.startup import phases_text
 
 
@@ -79,11 +80,8 @@ def clock(seconds: float) -> str:
 def confidence_text(confidence: float) -> str:
     """A crossing's posterior for people: never "100%" (a posterior of 0.9999996 is not
     certainty), and what it is a probability of."""
-    shown = min(confidence, 0.999)
-    digits = f"{shown:.1%}" if shown >= 0.99 else f"{shown:.0%}"
-    bound = ">" if confidence > 0.999 else ""
     return (
-        f"{bound}{digits} that this is the first configuration past the threshold (every "
+        f"{posterior_percent(confidence)} that this is the first configuration past the threshold (every "
         "launch weighed in the order it ran, bursts of slow launches allowed for)"
     )
 

@@ -155,6 +155,13 @@ def test_a_session_with_the_model_engine_names_the_culprit(cli: Cli, tmp_path: P
     assert report["culprit"]["confidence"] >= 0.99
     text = cli.run("bisect", "report").stdout
     assert shas[6][:10] in text
+    # The posterior reads alike in the outcome line (status) and the report: never "100%"
+    status = cli.run("bisect", "status").stdout
+    shown = ">99.9%" if report["culprit"]["confidence"] > 0.999 else None
+    if shown:
+        assert f"(posterior {shown}" in report["message"] and f"(posterior {shown}" in status
+        assert f"confidence: {shown}" in text
+    assert "100.0%" not in report["message"] + status
 
 
 def test_an_unknown_engine_is_an_input_error(cli: Cli, tmp_path: Path) -> None:

@@ -223,3 +223,11 @@ def history_value(values: Sequence[float], higher_is_better: bool = False) -> tu
     explanation's delta read the launches as the report reads them."""
     kept = core_launches(values, HISTORY_REL_SD, higher_is_better)
     return float(statistics.median(kept)), len(kept)
+
+
+def posterior_percent(p: float) -> str:
+    """A posterior for people, in every view alike: never "100%" (0.9999996 is not
+    certainty): ">99.9%" above 0.999, one decimal from 99%, whole percents below."""
+    shown = min(p, 0.999)
+    digits = f"{shown:.1%}" if shown >= 0.99 else f"{shown:.0%}"
+    return (">" if p > 0.999 else "") + digits

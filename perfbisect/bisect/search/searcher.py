@@ -27,7 +27,7 @@ from perfbisect.bisect.search.planner import plan
 from perfbisect.bisect.search.segment import endpoints, side_verdict
 from perfbisect.bisect.search.steps import every_step
 from perfbisect.bisect.search.stop import launches_to_target, likeliest, named
-from perfbisect.bisect.stats import Verdict, difference, launch_times
+from perfbisect.bisect.stats import Verdict, difference, launch_times, posterior_percent
 from perfbisect.bisect.values import Culprit, Purpose, Status
 from perfbisect.config import Configuration
 
@@ -97,7 +97,7 @@ class ModelEngine(EngineState):
                 )
                 self.unresolved_why[(best.lo, best.hi)] = msg = (
                     f"{why}: the crossing is in ({best.lo}, {best.hi}] with probability "
-                    f"{best.probability:.1%}; reaching {target:.0%} would take about {more} "
+                    f"{posterior_percent(best.probability)}; reaching {target:.0%} would take about {more} "
                     "more launches"
                 )
                 self._finish(Status.AMBIGUOUS, msg, unresolved=((best.lo, best.hi),))
@@ -166,14 +166,14 @@ class ModelEngine(EngineState):
             self.unresolved_why[(lo, hi)] = note or ""
             self._finish(
                 Status.AMBIGUOUS,
-                f"the crossing is in ({lo}, {hi}] with probability {probability:.1%}; {note}",
+                f"the crossing is in ({lo}, {hi}] with probability {posterior_percent(probability)}; {note}",
                 unresolved=((lo, hi),),
             )
             return
         self._finish(
             Status.FOUND,
             f"first bad configuration at position {hi} of {n} "
-            f"(posterior {probability:.1%}, with its last good launched back to back)",
+            f"(posterior {posterior_percent(probability)}, with its last good launched back to back)",
             culprit,
         )
 

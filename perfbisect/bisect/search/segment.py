@@ -26,7 +26,7 @@ from perfbisect.bisect.engine_state import EngineState, _Batch
 from perfbisect.bisect.search.model import Belief, believe, point_level
 from perfbisect.bisect.search.planner import plan
 from perfbisect.bisect.search.stop import launches_to_target, likeliest, named
-from perfbisect.bisect.stats import Verdict, difference, launch_times, median
+from perfbisect.bisect.stats import Verdict, difference, launch_times, median, posterior_percent
 from perfbisect.bisect.values import Culprit, LaunchResult, Purpose
 
 SURE = 0.9  # a point's verdict: its side at this posterior (as the crossing-first search reads)
@@ -136,7 +136,7 @@ def search(
                 best.probability,
                 False,
                 f"{why}: the step is between positions {order[best.lo]} and {order[best.hi]} "
-                f"with probability {best.probability:.1%}; reaching {target:.0%} would take "
+                f"with probability {posterior_percent(best.probability)}; reaching {target:.0%} would take "
                 f"about {launches_to_target(b, target)} more launches",
             )
         picked = plan(b, ok, policy.slots)

@@ -18,7 +18,7 @@ from collections.abc import Generator, Sequence
 
 from perfbisect.bisect.engine_state import _MAX_STEPS, EngineState, _Batch
 from perfbisect.bisect.search.segment import big_enough, culprit, level_gap, search
-from perfbisect.bisect.stats import Verdict
+from perfbisect.bisect.stats import Verdict, posterior_percent
 from perfbisect.bisect.values import Culprit, LaunchResult, Status
 
 
@@ -90,7 +90,9 @@ def _message(
         engine.bad_end,
         "is the crossing the posterior named (no step's medians straddle the threshold)",
     )
-    message += f" (posterior {crossing.confidence:.1%})" if crossing.confidence else ""
+    message += (
+        f" (posterior {posterior_percent(crossing.confidence)})" if crossing.confidence else ""
+    )
     if unresolved:
         message += f"; {len(unresolved)} further level change(s) could not be pinned down"
     return message
