@@ -65,6 +65,12 @@ def _verdicts(report: dict[str, object]) -> dict[str, str]:
     return {p["config"]["setting"]: p["verdict"] for p in path if p["verdict"] != "unknown"}
 
 
+def _launched(report: dict[str, object]) -> dict[str, int]:
+    path = report["path"]
+    assert isinstance(path, list)
+    return {p["config"]["setting"]: len(p["launch_values"]) for p in path}
+
+
 def test_interrupted_session_resumed_from_a_copy_of_its_database_elsewhere(
     cli: Cli,
     tmp_path: Path,
@@ -144,8 +150,16 @@ def test_interrupted_session_resumed_from_a_copy_of_its_database_elsewhere(
     assert report["culprit"]["first_bad"] == {"setting": "d"}
     assert report["culprit"]["last_good"] == {"setting": "c"}
     final = _verdicts(report)
-    for setting, verdict in so_far.items():  # the verdicts reached before the stop stand
-        assert final[setting] == verdict, (setting, so_far, final)
+    before_n, after_n = _launched(provisional), _launched(report)
+    for setting, verdict in so_far.items():
+        # The verdicts reached before the stop stand where nothing new was measured: a
+        # configuration the resumed session launched again (the culprit's verification pair)
+        # is judged on its launches since, and on a loaded machine its bad end may have run
+        # slow enough for the rules to read the culprit "intermediate" (seen in 2 of 3 full
+        # runs with 4 workers on 2 cores; the same in a session never interrupted).
+        if after_n.get(setting) == before_n.get(setting):
+            assert final[setting] == verdict, (setting, so_far, final)
+    assert final["a"] == "good" and final["f"] == "bad", final
     after = _rows(
         there / "pb.sqlite", "select id, seq, fingerprint, value from launches order by id"
     )
