@@ -155,6 +155,48 @@ def test_a_job_cancelled_from_outside_is_retried_not_a_verdict(
     assert slurm.squeue() == []
 
 
+def test_a_job_cancelled_in_its_build_is_retried_and_its_build_not_kept_as_failed(
+    cli: Cli, tmp_path: Path, slurm: slurm_fixture.SlurmCluster
+) -> None:
+    """CI caught this one by chance: a scancel that lands while the job's `git clone` or build
+    runs kills that child, the job's Python still reports "checkout failed", and the
+    configuration was skipped. Here the first build waits for the scancel, deterministically."""
+    run = _cli(cli, slurm)
+    shas = _experiment(tmp_path, slots=1, good=2, bad=2)
+    flag = tmp_path / "slow-build"
+    flag.write_text("")
+    started = tmp_path / "build-started"
+    experiment = tmp_path / "perfbisect.toml"
+    experiment.write_text(
+        experiment.read_text().replace(
+            "timeout_s = 60\n",
+            "timeout_s = 60\n"
+            f'build = "if [ -e {flag} ]; then rm {flag}; touch {started}; sleep 60; fi"\n',
+        )
+    )
+    proc = _start_bisect(run, tmp_path, shas)
+    try:
+        _wait_for(started.exists)
+        first = _running_jobs(slurm)[0]
+        subprocess.run(["scancel", first], env={**os.environ, **slurm.env}, check=True)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    report = json.loads(out)
+    assert report["culprit"]["first_bad"]["commit"] == shas[2]
+    assert report["failed_launches"] == 0
+    log = json.loads(run.run("bisect", "log", "--json").stdout)
+    launches = log["launches"] if isinstance(log, dict) else log
+    notes = [f for v in launches for f in v["flags"]]
+    assert any(
+        f"slurm job {first} ended CANCELLED (its build failed" in f and "once more" in f
+        for f in notes
+    ), notes
+    assert slurm.squeue() == []
+
+
 def test_ctrl_c_leaves_no_job_in_the_queue(
     cli: Cli, tmp_path: Path, slurm: slurm_fixture.SlurmCluster
 ) -> None:

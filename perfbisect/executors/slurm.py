@@ -145,8 +145,14 @@ class SlurmTarget:
             if ended == "done":
                 try:
                     return self._result(job, node, notes)
-                except StepFailed:
-                    raise  # the configuration failed a stage on the node: a verdict's business
+                except StepFailed as failed:
+                    # A stage that failed because Slurm was ending the job (a scancel from
+                    # outside landing in the checkout: its `git` got the SIGTERM, the job's
+                    # Python still reported) is the job's failure, not the configuration's.
+                    state = self._final_state(job.job_id)
+                    if state not in INTERRUPTED_STATES:
+                        raise  # the configuration failed a stage on the node: a verdict's
+                    ended = f"{state} (its {failed.stage} failed as it went: {failed.reason})"
                 except Exception as exc:
                     # The job's own Python died before the launch could report (a job cancelled
                     # while it started: its `git` got the SIGTERM): the job failed, not the

@@ -27,6 +27,17 @@ class CommandResult:
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out
 
+    @property
+    def interrupted(self) -> bool:
+        """Ended by a signal or the time limit rather than by its own exit: a verdict on
+        the moment (a scancel, Ctrl-C, an OOM kill, a busy machine), not on what it ran.
+        A shell reports a child's signal as 128+N; ssh reports a lost session as 255."""
+        return (
+            self.timed_out
+            or self.returncode < 0
+            or self.returncode in {128 + 1, 128 + 2, 128 + 9, 128 + 15, 255}
+        )
+
     def tail(self, lines: int = 20) -> str:
         return "\n".join(self.output.rstrip().splitlines()[-lines:])
 

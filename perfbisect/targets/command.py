@@ -246,7 +246,9 @@ class CommandTarget:
         )
         tail = redact_text(result.tail(15), env)
         ok = result.ok
-        if worktree != str(self.experiment.directory):
+        # A build that a signal or the time limit ended says nothing about the commit: only
+        # a success or the build's own failure is kept for the next launch of it.
+        if worktree != str(self.experiment.directory) and (ok or not result.interrupted):
             status = "ok" if ok else "failed"
             record = {"command": argv_text, "status": status, "log_tail": tail}
             self.host.write_file(marker, json.dumps(record).encode())
