@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,14 +138,21 @@ class GitRepo:
         if not (clone / "HEAD").exists():
             clone.parent.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(clone, ignore_errors=True)
+            # Cloned aside and renamed into place: a clone killed half-way (Ctrl-C, a scancel)
+            # leaves no "checkouts.git" that a later launch would take for a whole one.
+            for leftover in clone.parent.glob(f"{clone.name}.partial-*"):  # under the lock
+                shutil.rmtree(leftover, ignore_errors=True)
+            partial = clone.with_name(f"{clone.name}.partial-{os.getpid()}")
             try:
                 git.Repo.clone_from(
-                    str(self.path.resolve()), str(clone), bare=True, shared=True, quiet=True
+                    str(self.path.resolve()), str(partial), bare=True, shared=True, quiet=True
                 )
             except self._errors as exc:
+                shutil.rmtree(partial, ignore_errors=True)
                 raise StepFailed(
                     "checkout", f"git clone --shared failed: {exc.stderr.strip()}"
                 ) from None
+            os.replace(partial, clone)
         return git.Repo(clone)
 
     def worktree(self, sha: str, root: Path, variant: str = "") -> Path:
