@@ -20,6 +20,13 @@ the configuration named against how often it was the right one).
 
     python benchmarks/search_bench.py [--trials 200] [--n 1024] [--markdown] [--only TEXT]
     python benchmarks/search_bench.py --load [--trials 300] [--seed 1] [--strategy model]
+    python benchmarks/search_bench.py --prior [--trials 200]
+    python benchmarks/search_bench.py --cost [--trials 200]
+
+`--prior` runs the model with a flat prior, a right and a wrong `--prior-path` (3% of the
+commits touch the named paths; the culprit among them, or not) on the same worlds. `--cost`
+runs the model told what each launch cost (a launch again reuses its build: 52.5 s against
+75 s for a new commit, as on the GPU run of real SGLang history) against the model told nothing.
 
 `perfbisect --engine model` is the search as one model (perfbisect/bisect/search/), next to
 today's rule engine on the same worlds (each trial's world is drawn from its own seed).
@@ -34,11 +41,12 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from perfbisect.bisect.rules.engine import Engine, LaunchResult, Policy, Status
 from perfbisect.bisect.search.searcher import ModelEngine
+from perfbisect.bisect.session.prior import PathPrior
 from perfbisect.config import Configuration
 
 GOOD_MS, BAD_MS = 18.0, 29.0
@@ -68,6 +76,8 @@ class World:
     launches: list[int] = field(default_factory=lambda: [0])  # launches so far (mutable)
     burst_left: list[int] = field(default_factory=lambda: [0])
     burst_factor: list[float] = field(default_factory=lambda: [1.0])
+    # --prior-path's weights over the positions (0..n), for the model; None: a flat prior
+    prior: tuple[float, ...] | None = None
 
     def all_steps(self) -> tuple[int, ...]:
         return self.steps or (self.culprit,)
@@ -237,6 +247,80 @@ def load_comes_and_goes_per_launch(
     )
 
 
+PRIOR_KINDS = ("flat", "right", "wrong")
+PRIOR_TOUCHED = 0.03  # the share of commits that touch the named paths
+
+
+def prior_world(n: int, rng: random.Random, kind: str) -> World:
+    """A single step (the case's noise) where about 3% of the commits touch the paths a
+    ``--prior-path`` names: the culprit among them (``right``), not among them (``wrong``),
+    or no prior given (``flat``)."""
+    world = single_step(n, rng, 0.04, 0.03, False)
+    others = [p for p in range(1, n + 1) if p != world.culprit]
+    touched = set(rng.sample(others, max(1, round(PRIOR_TOUCHED * n)) - (kind == "right")))
+    if kind == "right":
+        touched.add(world.culprit)
+    if kind == "flat":
+        return world
+    return replace(world, prior=tuple(PathPrior(("x",), tuple(sorted(touched)), n).weights()))
+
+
+def prior_table(trials: int, n: int, seed: int) -> None:
+    """The model with a flat prior, a right and a wrong ``--prior-path`` on the same worlds."""
+    print(
+        f"N = {n} commits, {trials} trials per row, seed {seed}; {PRIOR_TOUCHED:.0%} of the "
+        "commits touch the named paths (they hold half of the prior)\n"
+    )
+    print("| prior | accuracy | launches mean | launches max | wrong named at >= 99% |")
+    print("|---|---|---|---|---|")
+    for kind in PRIOR_KINDS:
+        results = []
+        for trial in range(trials):
+            world = prior_world(n, random.Random(seed * 1_000_003 + trial), kind)
+            results.append(run_perfbisect(world, n, Policy(), model=True, prior=world.prior))
+        launches = [r.launches for r in results]
+        wrong = sum(1 for r in results if not r.correct and (r.confidence or 0) >= 0.99)
+        print(
+            f"| {kind} | {sum(r.correct for r in results) / trials:.1%} "
+            f"| {statistics.fmean(launches):.2f} | {max(launches)} | {wrong} |"
+        )
+
+
+# What a new commit's launch and a launch again cost on the GPU run of real SGLang history
+# (docs/examples/sglang_real, run 2): ready in 48-57 s for a new commit, 32.5 s again, plus
+# about 20 s of measuring and teardown either way.
+COST_SECONDS = (75.0, 52.5)
+COST_SCENARIOS = (
+    ("single step, shift 4%, outliers 3%", single_step),
+    ("single step, given threshold, outliers 1.3-2x", given_threshold_slow_outliers),
+    ("load comes and goes: busy periods of 5-20 launches 1.5-3x slower", load_comes_and_goes),
+)
+
+
+def cost_table(trials: int, n: int, seed: int) -> None:
+    """The model told what launches cost (a launch again reuses the build) against the model
+    told nothing, on the same worlds: accuracy, launches, and the launches' seconds."""
+    print(
+        f"N = {n} commits, {trials} trials per row, seed {seed}; a new commit's launch "
+        f"{COST_SECONDS[0]:g} s, a launch again {COST_SECONDS[1]:g} s\n"
+    )
+    print("| scenario | the model | accuracy | launches mean | launch time mean (min) |")
+    print("|---|---|---|---|---|")
+    for (scenario, make), told in itertools.product(COST_SCENARIOS, (False, True)):
+        results = []
+        for trial in range(trials):
+            world = make(n, random.Random(seed * 1_000_003 + trial), 0.04, 0.03, False)
+            results.append(
+                run_perfbisect(world, n, Policy(), model=True, seconds=COST_SECONDS, tell_cost=told)
+            )
+        cost = statistics.fmean(r.cost for r in results)
+        print(
+            f"| {scenario} | {'told the cost' if told else 'launches alike'} "
+            f"| {sum(r.correct for r in results) / trials:.1%} "
+            f"| {statistics.fmean(r.launches for r in results):.2f} | {cost / 60:.1f} |"
+        )
+
+
 @dataclass(frozen=True)
 class Result:
     correct: bool
@@ -248,18 +332,43 @@ class Result:
     status: Status | None = None  # how perfbisect's search ended
     named: int | None = None  # the first bad position it named (FOUND only)
     confidence: float | None = None  # the posterior it claimed for it (crossing first)
+    cost: float = 0.0  # the launches' cost in run_perfbisect's ``seconds`` (launches if None)
 
 
-def run_perfbisect(world: World, n: int, policy: Policy, model: bool = False) -> Result:
+def run_perfbisect(
+    world: World,
+    n: int,
+    policy: Policy,
+    model: bool = False,
+    prior: Sequence[float] | None = None,
+    seconds: tuple[float, float] | None = None,
+    tell_cost: bool = True,
+) -> Result:
+    """One search on ``world``. ``seconds``: what a position's first launch and a launch again
+    cost (counted in ``Result.cost``; (1, 1) when None), told to the engine with each result
+    where ``tell_cost``."""
     n = len(world.levels) - 1
     path = [Configuration.of({"commit": str(i)}) for i in range(n + 1)]
-    engine = (ModelEngine if model else Engine)(path, policy, world.threshold)
+    engine = (
+        ModelEngine(path, policy, world.threshold, prior)
+        if model
+        else Engine(path, policy, world.threshold)
+    )
+    first_s, again_s = seconds or (1.0, 1.0)
+    launched: set[int] = set()
+    cost = 0.0
     while batch := engine.next_batch():
         results = []
         for request in batch:
             value = world.launch(request.position)
+            spent = again_s if request.position in launched else first_s
+            launched.add(request.position)
+            cost += spent
+            told = spent if seconds and tell_cost else None
             results.append(
-                LaunchResult(value) if value is not None else LaunchResult(reason="build")
+                LaunchResult(value, seconds=told)
+                if value is not None
+                else LaunchResult(reason="build", seconds=told)
             )
         engine.feed(results)
     outcome = engine.outcome
@@ -282,6 +391,7 @@ def run_perfbisect(world: World, n: int, policy: Policy, model: bool = False) ->
         outcome.status,
         found,
         outcome.culprit.confidence if outcome.culprit else None,
+        cost,
     )
 
 
@@ -512,12 +622,30 @@ def main(argv: list[str] | None = None) -> int:
         "--rounds", action="store_true", help="rounds vs slots (k-ary search) instead"
     )
     parser.add_argument(
+        "--cost",
+        action="store_true",
+        help="the model told what a launch costs (a launch again reuses the build) or not",
+    )
+    parser.add_argument(
+        "--prior",
+        action="store_true",
+        help="the model with a right, a wrong and no --prior-path on the same worlds",
+    )
+    parser.add_argument(
         "--load",
         action="store_true",
         help="the machine whose load comes and goes next to a quiet one, with calibration",
     )
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    if args.cost:
+        cost_table(args.trials, args.n, args.seed)
+        print(f"\n({time.perf_counter() - started:.1f} s)", file=sys.stderr)
+        return 0
+    if args.prior:
+        prior_table(args.trials, args.n, args.seed)
+        print(f"\n({time.perf_counter() - started:.1f} s)", file=sys.stderr)
+        return 0
     if args.load:
         load_table(args.trials, args.n, args.seed, args.only, args.strategy)
         print(f"\n({time.perf_counter() - started:.1f} s)", file=sys.stderr)

@@ -85,6 +85,9 @@ class EngineState:
         # verification's launches are the VERIFY ones (crossing first, the bracket's two sides
         # back to back)
         self.launch_purposes: list[Purpose] = []
+        # What launches cost, where known: (the position's first launch?, stage seconds). A
+        # first launch builds; a launch again reuses the build (launch_costs()).
+        self.launch_seconds: list[tuple[bool, float]] = []
         self.seq: dict[int, list[int]] = {}  # each launch's index into in_order, per position
         # Launches taken out of a point's evidence because they ran in a burst of the machine
         # (next to a launch no level can explain); they stay in the store and the log.
@@ -128,6 +131,9 @@ class EngineState:
         for request, result in zip(self._pending, results):
             self.launch_count += 1
             position = request.position
+            if result.seconds is not None:
+                first = position not in self.launches and position not in self.failures
+                self.launch_seconds.append((first, result.seconds))
             if result.ok:
                 assert result.value is not None
                 self.launches.setdefault(position, []).append(result.value)
@@ -152,6 +158,17 @@ class EngineState:
             self.rounds += 1
             return
         self._advance(list(results))
+
+    def launch_costs(self) -> tuple[float, float]:
+        """What a position's first launch and a launch again cost, relative to a first
+        launch (1.0): the median stage seconds of each kind this session has seen; (1, 1)
+        until it has seen both."""
+        first = [s for is_first, s in self.launch_seconds if is_first]
+        again = [s for is_first, s in self.launch_seconds if not is_first]
+        if not first or not again or median(first) <= 0:
+            return 1.0, 1.0
+        # within reason: a relaunch that found a warm cache, a first launch that found a build
+        return 1.0, min(2.0, max(0.2, median(again) / median(first)))
 
     def take_verdicts(self) -> list[PointResult]:
         """Verdicts reached since the last call (for the driver to store)."""

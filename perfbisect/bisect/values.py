@@ -80,6 +80,9 @@ class LaunchResult:
 
     value: float | None = None
     reason: str | None = None
+    # What the launch cost: its stage seconds (build, start, measure, teardown); None where
+    # unknown (a simulated launch, a launch reused from an earlier session).
+    seconds: float | None = None
 
     @property
     def ok(self) -> bool:

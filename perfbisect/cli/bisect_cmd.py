@@ -130,6 +130,14 @@ def start(
         metavar="<p>",
         help="With --engine model: the posterior a step must reach before it is named.",
     ),
+    prior_path: list[str] = typer.Option(
+        [],
+        "--prior-path",
+        metavar="<repo-path>",
+        help="With --engine model: commits that touch this path (repeatable; relative to the "
+        "repository's top, e.g. the verify's code) hold half of the search's prior, so it "
+        "looks there first; a wrong guess costs about one launch.",
+    ),
     fresh: bool = typer.Option(
         False,
         "--fresh",
@@ -225,6 +233,7 @@ def start(
                 engine,
                 confidence,
                 descend_merges=not no_descend_merges,
+                prior_paths=tuple(prior_path),
             ),
             name=name,
             progress=progress,

@@ -254,13 +254,16 @@ def render_report(report: Report, out: Console | None = None) -> None:
             f"; {counted(len(report.reused_launches), 'search launch')} reused from earlier "
             "sessions (`--fresh` launches everything)"
         )
+    mode, _, prior = report.search.partition("; ")
     out.print(
-        f"search: {report.search}"
+        f"search: {mode}"
         + (
             " (the configuration that crosses the threshold; `--all-steps` maps every step)"
-            if report.search == "crossing first"
+            if mode == "crossing first"
             else " (every level change searched)"
         )
+        + (f"; {escape(prior)}" if prior else ""),
+        soft_wrap=True,
     )
     out.print(
         f"evaluations: {counted(report.evaluations, 'configuration')}, launches: "

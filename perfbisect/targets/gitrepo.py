@@ -71,6 +71,15 @@ class GitRepo:
         out = self.repo.git.rev_list("--first-parent", "--reverse", f"{good}..{bad}")
         return [good, *out.split()]
 
+    def touching(self, good: str, bad: str, paths: list[str]) -> set[str]:
+        """The commits of good..bad's first-parent line whose change (against their first
+        parent: a merge's is everything its branch brought in) touches one of ``paths``
+        (git pathspecs, relative to the repository's top)."""
+        out = self.repo.git.log(
+            "--first-parent", "--format=%H", f"{good}..{bad}", "--", *[f":/{p}" for p in paths]
+        )
+        return set(out.split())
+
     def diff(self, older: str, newer: str) -> str:
         """The unified diff from ``older`` to ``newer``, without context lines."""
         return str(self.repo.git.diff("-U0", "--no-color", older, newer, "--"))

@@ -369,7 +369,8 @@ def build_report(
             evidence,
             by_id,
         ),
-        search="all steps" if engine.policy.all_steps else "crossing first",
+        search=("all steps" if engine.policy.all_steps else "crossing first")
+        + (f"; {note}" if (note := getattr(engine, "prior_note", "")) else ""),
         seen=tuple(_seen(engine, a, b) for a, b in outcome.seen),
         creep=tuple(_creep(engine, a, b) for a, b in engine.creep(outcome.steps, outcome.seen)),
     )

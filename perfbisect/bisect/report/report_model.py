@@ -462,7 +462,9 @@ class Report:
     warnings: tuple[str, ...] = ()  # what a reader must know to trust the answer
     time_spent_s: float = 0.0  # the launches' stage times, summed: the time to this answer
     rounds: int = 0  # batches of launches (run at once with several slots)
-    search: str = "all steps"  # "crossing first" (the default) or "all steps" (--all-steps)
+    # "crossing first" (the default) or "all steps" (--all-steps), then "; " and the prior's
+    # note where --prior-path weighed the commits
+    search: str = "all steps"
     reused_launches: tuple[int, ...] = ()  # this session's launches that reused earlier ones
     seen: tuple[Unresolved, ...] = ()  # level changes seen on the way, not searched
     creep: tuple[Unresolved, ...] = ()  # level movement outside the steps, in no one step

@@ -41,6 +41,7 @@ from perfbisect.bisect.search.planner import plan
 from perfbisect.bisect.search.segment import (
     Answer,
     belief,
+    costs,
     culprit,
     endpoints,
     level_gap,
@@ -187,7 +188,7 @@ class ModelMultiAxis(EngineState):
             if not ok.any():
                 spent = cap
                 continue
-            picked = plan(belief(self, order, threshold), ok, 1)
+            picked = plan(belief(self, order, threshold), ok, 1, costs(self, order))
             positions = [order[i] for i in picked.positions]
             spent += len(positions)
             yield self._request(positions, Purpose.VERIFY if picked.pair else Purpose.SEARCH)

@@ -3,8 +3,10 @@ lies, given every launch in the order it ran, on a machine whose load comes and 
 
 What it assumes (every rule of the search follows from these and nothing else):
 
-* positions: the crossing is at any position of the path with equal prior (a configuration that
-  cannot run can still be the crossing; it only cannot be measured). Given the crossing ``c``,
+* positions: the crossing is at any position of the path with equal prior, or with the
+  weights a prior from the change gives (``--prior-path``: the commits that touch the named
+  paths hold half of it); a configuration that cannot run can still be the crossing (it only
+  cannot be measured). Given the crossing ``c``,
   every measured point before ``c`` is *below* the threshold and every one from ``c`` on is
   *past* it. The measured points cut the path into gaps; the crossing's posterior is exact over
   the gaps and even within one (nothing inside a gap was measured);
@@ -80,32 +82,38 @@ class Belief:
     level_bits: float = 0.0  # bits about the crossing the endpoints' levels' doubt holds
     end_launches: tuple[int, int] = (1, 1)  # launches of the good and the bad end
     shared: float = 0.0  # the probability that the machine is the shared one (busy periods)
+    # Each position's prior weight of being the crossing (0..n; None: all alike). Within a gap
+    # nothing was measured, so the gap's mass spreads over its positions by these weights.
+    prior: NDArray[np.float64] | None = None
 
-    def crossing_at(self, position: int) -> float:
-        """The probability that ``position`` is the first past the threshold."""
-        j = int(np.searchsorted(self.points, position))
-        if j == 0 or j >= len(self.points):
-            return 0.0
-        size = int(self.points[j] - self.points[j - 1])
-        return float(self.gap[j]) / size
-
-    def cdf(self) -> NDArray[np.float64]:
-        """``cdf[x]``: the probability that the crossing is at or before position x (0..n)."""
+    def _per_position(self) -> NDArray[np.float64]:
+        """Each position's probability of being the crossing (0..n)."""
         n = int(self.points[-1])
         per = np.zeros(n + 1)
         for j in range(1, len(self.points)):
             a, b = int(self.points[j - 1]), int(self.points[j])
-            per[a + 1 : b + 1] = self.gap[j] / (b - a)
-        return np.cumsum(per)
+            if self.prior is None:
+                per[a + 1 : b + 1] = self.gap[j] / (b - a)
+            else:
+                inside = self.prior[a + 1 : b + 1]
+                per[a + 1 : b + 1] = self.gap[j] * inside / inside.sum()
+        return per
+
+    def crossing_at(self, position: int) -> float:
+        """The probability that ``position`` is the first past the threshold."""
+        if not 0 < position <= int(self.points[-1]):
+            return 0.0
+        return float(self._per_position()[position])
+
+    def cdf(self) -> NDArray[np.float64]:
+        """``cdf[x]``: the probability that the crossing is at or before position x (0..n)."""
+        return np.cumsum(self._per_position())
 
     def best(self) -> tuple[int, float]:
         """The likeliest crossing and its probability."""
-        sizes = np.diff(self.points)
-        per = self.gap[1:] / sizes
-        j = int(np.argmax(per)) + 1
-        return int(self.points[j - 1] + 1) if sizes[j - 1] > 1 else int(self.points[j]), float(
-            per[j - 1]
-        )
+        per = self._per_position()
+        x = int(np.argmax(per))
+        return x, float(per[x])
 
 
 def point_level(xs: NDArray[np.float64]) -> float:
@@ -205,11 +213,14 @@ def believe(
     n: int,
     threshold: float | None,
     sd: float,
+    prior: Sequence[float] | None = None,
 ) -> Belief:
     """The posterior given ``launches`` ((position, value in time terms: larger is worse), in
     the order they ran; both endpoints among them), a path of positions 0..n, the threshold
-    (time terms; None: derived from the endpoints) and the session's relative noise."""
+    (time terms; None: derived from the endpoints), the session's relative noise and each
+    position's prior weight of being the crossing (0..n, positive; None: all alike)."""
     sd = max(sd, 0.01)
+    weights = None if prior is None else np.asarray(prior, dtype=np.float64)
     pos = np.asarray([p for p, _ in launches], dtype=np.int64)
     xs = np.log(np.asarray([v for _, v in launches], dtype=np.float64))
     points = np.unique(pos)
@@ -224,23 +235,28 @@ def believe(
     t_first = math.log(threshold) if threshold is not None else (good + bad) / 2
     doubted = bool(np.any(xs < good - 3 * sd)) or bool(np.any(xs[idx == len(points) - 1] < t_first))
     priors = []
-    for (i, k), prior in zip(_END_SHIFTS if doubted else _END_SHIFTS[:1], _END_SHIFT_PRIOR):
+    for (i, k), shift_prior in zip(_END_SHIFTS if doubted else _END_SHIFTS[:1], _END_SHIFT_PRIOR):
         # The endpoints' launches may have run in busy periods: their levels (and a derived
         # threshold, midway between them: geometric, as noise is relative) lower by these
         # factors is a hypothesis the later launches weigh.
         g, b = good - SHIFTS[i], bad - SHIFTS[k]
         if (i or k) and b <= g + 0.02:
             continue  # a bad end not 2% worse than the good one explains no search
-        priors.append(prior)
+        priors.append(shift_prior)
         t_log = math.log(threshold) if threshold is not None else (g + b) / 2
         lo, hi = _plateaus(own, g, b, t_log, sd)
         levels.append((g, b, t_log, lo, hi))
         e_below.append(_emissions(xs, _side_levels(xs, idx, len(points), g, lo, sd), sd))
         e_past.append(_emissions(xs, _side_levels(xs, idx, len(points), b, hi, sd), sd))
     loglik, alpha = _forward(np.asarray(e_below), np.asarray(e_past), idx, gaps)
-    sizes = np.diff(points).astype(np.float64)
+    if weights is None:
+        mass = np.diff(points).astype(np.float64)  # a gap's prior: its positions
+    else:
+        assert len(weights) == n + 1 and bool(np.all(weights[1:] > 0)), "prior: n+1 weights"
+        cum = np.concatenate([[0.0], np.cumsum(weights)])
+        mass = cum[points[1:] + 1] - cum[points[:-1] + 1]
     score = loglik + _CHAIN_PRIOR[:, None, None] + np.asarray(priors)[None, :, None]
-    score = score + np.log(sizes)[None, None, :]
+    score = score + np.log(mass)[None, None, :]
     w = np.exp(score - score.max())
     gap = np.concatenate([[0.0], w.sum(axis=(0, 1)) / w.sum()])
     nxt = np.einsum("hdgs,hsr->hdgr", alpha, _TRANS)
@@ -267,6 +283,7 @@ def believe(
         max(0.0, level_bits),
         (n_good, n_bad),
         shared,
+        weights,
     )
 
 
@@ -300,7 +317,11 @@ def _end_levels(
 
 
 def _plateaus(
-    own: NDArray[np.float64], good: float, bad: float, t_log: float, sd: float
+    own: NDArray[np.float64],
+    good: float,
+    bad: float,
+    t_log: float,
+    sd: float,
 ) -> tuple[float, float]:
     """The level of a plateau on each side, shared by every point on it (levels come in runs:
     a plateau's points pool their launches, and a point that reads like the plateau is not

@@ -1,5 +1,7 @@
 """Which launch(es) next: the one whose result is expected to tell the most about where the
-crossing is, per unit of cost (expected information gain, in bits).
+crossing is, per unit of cost (expected information gain, in bits, over what the launch costs:
+a measured point or an endpoint launched again reuses its build, so it costs what this
+session's launches again have cost against its first launches).
 
 A launch at position x reads "past" or "below" the threshold. Its reading says which side x is
 on, so it speaks about the crossing through ``q = P(crossing <= x)`` alone, and it can err: a
@@ -102,23 +104,35 @@ def pair_gains(b: Belief) -> NDArray[np.float64]:
     return np.asarray(_h(read) - _h(np.full_like(p, err)), dtype=np.float64)
 
 
-def plan(b: Belief, launchable: NDArray[np.bool_], slots: int) -> Plan:
-    """The next launch(es) by expected information gain per launch."""
+def plan(
+    b: Belief,
+    launchable: NDArray[np.bool_],
+    slots: int,
+    cost: NDArray[np.float64] | None = None,
+) -> Plan:
+    """The next launch(es) by expected information gain per unit of cost. ``cost``: what a
+    launch of each position costs (0..n; relative: a measured point launched again reuses
+    its build); None: every launch alike."""
     cdf = b.cdf()
+    n = len(cdf) - 1
+    cost = np.ones(n + 1) if cost is None else cost
     singles = single_gains(b, cdf, launchable)
-    x = int(np.argmax(singles))
+    per_cost = singles / cost
+    x = int(np.argmax(per_cost))
     pairs = pair_gains(b)
-    j = int(np.argmax(pairs)) + 1 if len(pairs) else 0
-    if j and pairs[j - 1] / 2 > singles[x]:
-        return Plan((int(b.points[j - 1]), int(b.points[j])), True, float(pairs[j - 1] / 2))
+    if len(pairs):
+        pair_cost = cost[b.points[:-1]] + cost[b.points[1:]]
+        j = int(np.argmax(pairs / pair_cost)) + 1
+        if pairs[j - 1] / pair_cost[j - 1] > per_cost[x]:
+            return Plan((int(b.points[j - 1]), int(b.points[j])), True, float(pairs[j - 1] / 2))
     # An endpoint launched again narrows the endpoints' levels (and a derived threshold): it
     # buys its share of the bits their doubt holds about the crossing.
     n_good, n_bad = b.end_launches
-    n = len(cdf) - 1
     end, end_gain = max(
-        ((0, b.level_bits / (n_good + 1)), (n, b.level_bits / (n_bad + 1))), key=lambda e: e[1]
+        ((0, b.level_bits / (n_good + 1)), (n, b.level_bits / (n_bad + 1))),
+        key=lambda e: e[1] / cost[e[0]],
     )
-    if end_gain > singles[x] and launchable[end]:
+    if end_gain / cost[end] > per_cost[x] and launchable[end]:
         return Plan((end,), False, end_gain)
     picks = [x]
     while len(picks) < min(slots, int(launchable.sum())):

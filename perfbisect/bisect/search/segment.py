@@ -21,6 +21,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
 from perfbisect.bisect.engine_state import EngineState, _Batch
 from perfbisect.bisect.search.model import Belief, believe, point_level
@@ -85,6 +86,13 @@ def belief(state: EngineState, order: Sequence[int], threshold: float | None) ->
     return believe(launches, len(order) - 1, _threshold(state, threshold), state.rel_sd())
 
 
+def costs(state: EngineState, order: Sequence[int]) -> NDArray[np.float64]:
+    """What a launch of each of ``order``'s positions costs, relative to a first launch: a
+    position launched before reuses its build (``EngineState.launch_costs``)."""
+    _, again = state.launch_costs()
+    return np.asarray([again if p in state.launches else 1.0 for p in order], dtype=np.float64)
+
+
 def sides(b: Belief) -> dict[int, float]:
     """Each measured point's (index into the segment) probability of lying below."""
     cdf = b.cdf()
@@ -139,7 +147,7 @@ def search(
                 f"with probability {posterior_percent(best.probability)}; reaching {target:.0%} would take "
                 f"about {launches_to_target(b, target)} more launches",
             )
-        picked = plan(b, ok, policy.slots)
+        picked = plan(b, ok, policy.slots, costs(state, order))
         positions = [order[i] for i in picked.positions]
         if picked.pair:
             pairs[(positions[0], positions[1])] += 1
@@ -282,12 +290,14 @@ def endpoints(state: EngineState, lo: int, hi: int) -> Generator[_Batch, list[La
     """The endpoints launched interleaved (B G B per the policy's counts, then G B pairs)
     until ``ends_apart``; "" then, else why the search cannot start."""
     p = state.policy
-    first = [hi, lo] * max(p.bad_endpoint_launches, p.good_endpoint_launches)
+    # The bad end's extra launch guards a derived threshold against one slow outlier there; a
+    # given threshold does not move with it (the planner launches an end again when it pays).
+    n_bad = p.good_endpoint_launches if state.fixed_threshold else p.bad_endpoint_launches
+    first = [hi, lo] * max(n_bad, p.good_endpoint_launches)
     first = [
         x
         for i, x in enumerate(first)
-        if (x == hi and i // 2 < p.bad_endpoint_launches)
-        or (x == lo and i // 2 < p.good_endpoint_launches)
+        if (x == hi and i // 2 < n_bad) or (x == lo and i // 2 < p.good_endpoint_launches)
     ]
     yield state._request(first, Purpose.ENDPOINT)
     extra = 0

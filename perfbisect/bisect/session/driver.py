@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -26,6 +26,7 @@ from perfbisect.bisect.rules.engine import (
     Policy,
     Purpose,
 )
+from perfbisect.bisect.session.prior import PathPrior
 from perfbisect.bisect.stats import median
 from perfbisect.config import Configuration
 from perfbisect.errors import PerfbisectError, StepFailed, lead_with_error
@@ -104,6 +105,10 @@ class SearchOptions:
     # A crossing at a merge commit is searched inside the branch it merged (merges.py);
     # False: --no-descend-merges.
     descend_merges: bool = True
+    # --prior-path: the paths whose commits hold half of the model's prior (prior.py), and
+    # the prior itself once the path is known (kept with the session for its resume).
+    prior_paths: tuple[str, ...] = ()
+    prior: PathPrior | None = None
 
     def policy(self, experiment: Experiment) -> Policy:
         return Policy(
@@ -134,10 +139,13 @@ def launch_log_dir(root: Path, seq: int, config: Configuration) -> Path:
 
 
 def _replayed(view: LaunchView) -> LaunchResult:
+    # With the seconds it cost, so that a resumed search plans its next launches as the
+    # interrupted one did (the model weighs a launch's information against its cost).
+    seconds = launch_seconds(view.timings)
     if view.value is not None:
-        return LaunchResult(view.value)
+        return LaunchResult(view.value, seconds=seconds)
     reason = lead_with_error(view.reason or "failed")
-    return LaunchResult(reason=f"{view.stage}: {reason}" if view.stage else reason)
+    return LaunchResult(reason=f"{view.stage}: {reason}" if view.stage else reason, seconds=seconds)
 
 
 def measure_launch(
@@ -196,21 +204,23 @@ def measure_launch(
             build_log_tail=build.log_tail if build else "",
         ),
     )
-    return LaunchResult(value)
+    return LaunchResult(value, seconds=launch_seconds(m.timings))
+
+
+def launch_seconds(timings: Mapping[str, object] | None) -> float | None:
+    """One launch's stage times (build, ready, measure, teardown), summed; None if none."""
+    found = [
+        float(v)
+        for k, v in (timings or {}).items()
+        if k.endswith("_s") and isinstance(v, (int, float))
+    ]
+    return sum(found) if found else None
 
 
 def stage_seconds(launches: list[LaunchView]) -> float:
     """What the session's launches cost: the sum of their stage times (build, ready, measure,
     teardown), across resumes."""
-    return round(
-        sum(
-            float(v)
-            for launch in launches
-            for k, v in (launch.timings or {}).items()
-            if k.endswith("_s") and isinstance(v, (int, float))
-        ),
-        1,
-    )
+    return round(sum(launch_seconds(launch.timings) or 0.0 for launch in launches), 1)
 
 
 def _reuse_pool(

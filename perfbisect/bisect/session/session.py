@@ -44,6 +44,7 @@ from perfbisect.bisect.session.driver import (
 )
 from perfbisect.bisect.session.merge_report import undescended_warning, with_descent
 from perfbisect.bisect.session.merges import Descent, descend
+from perfbisect.bisect.session.prior import PathPrior, path_prior
 from perfbisect.bisect.session.specs import resolve_endpoints
 from perfbisect.bisect.session.unmatched import StopWhenNothingMatches
 from perfbisect.config import Configuration
@@ -148,6 +149,8 @@ def start(
     host = host or HostOptions()
     experiment = host.apply(load_experiment(experiment_path))
     endpoints = resolve_endpoints(good, bad, experiment)
+    if options.prior_paths:
+        options = replace(options, prior=_prior(experiment, endpoints, options))
     params: dict[str, Any] = {
         "threshold": options.threshold,
         "min_launches": options.min_launches,
@@ -158,6 +161,7 @@ def start(
         "engine": options.engine,
         "confidence": options.confidence,
         "descend_merges": options.descend_merges,
+        "prior": options.prior.as_json() if options.prior else None,
         "plans": [p.as_json() for p in endpoints.plans] if endpoints.multi_axis else None,
         # Log directories are keyed by this, not by the per-database session number: two
         # databases (the demo's and the default) both have a session 1.
@@ -266,7 +270,23 @@ def stored_options(params: dict[str, Any]) -> SearchOptions:
         float(params.get("confidence", 0.99)),
         # sessions from before the search inside merges stopped at the merge
         descend_merges=bool(params.get("descend_merges", False)),
+        prior=PathPrior.from_json(params.get("prior")),
     )
+
+
+def _prior(experiment: Experiment, endpoints: Any, options: SearchOptions) -> PathPrior:
+    """``--prior-path``'s prior over the session's path, checked before anything is stored."""
+    from perfbisect.errors import UsageError
+    from perfbisect.targets.gitrepo import GitRepo
+
+    if options.engine != "model":
+        raise UsageError("--prior-path needs --engine model (the rule engine has no prior)")
+    if endpoints.multi_axis or experiment.target.repo is None:
+        raise UsageError(
+            "--prior-path weighs commits: it needs a search along commits alone (one commit "
+            "per configuration)"
+        )
+    return path_prior(GitRepo(experiment.target.repo), endpoints.path, options.prior_paths)
 
 
 def _engine(
@@ -275,10 +295,11 @@ def _engine(
     policy: Policy,
     threshold: float | None,
     engine: str = "rules",
+    prior: PathPrior | None = None,
 ) -> Engine:
     """One path: the binary search (or, with ``engine="model"``, the search as one
-    posterior, crossing first or every step); several axes (or a patch set): the multi-axis
-    search."""
+    posterior, crossing first or every step, with ``prior`` over the path's positions);
+    several axes (or a patch set): the multi-axis search."""
     if plans:
         axis_plans = [AxisPlan.from_json(p) for p in plans]
         if engine == "model":
@@ -287,7 +308,8 @@ def _engine(
     if engine == "model":
         # Duck-typed: ModelEngine has every attribute the driver and the report read
         # (tests/test_model_engine.py runs a whole session through it).
-        return cast(Engine, ModelEngine(path, policy, threshold))
+        weights, note = (prior.weights(), prior.note()) if prior else (None, "")
+        return cast(Engine, ModelEngine(path, policy, threshold, weights, note))
     return Engine(path, policy, threshold)
 
 
@@ -334,13 +356,15 @@ def _run_phases(
     policy = options.policy(experiment)
     proxy = ProxySpec.of(experiment.target.options) if experiment.target.kind == "sglang" else None
     if proxy is None:
-        engine = _engine(path, plans, policy, options.threshold, options.engine)
+        engine = _engine(path, plans, policy, options.threshold, options.engine, options.prior)
         driver.run(engine)
         return _descend(driver, _Phases(engine), plans, options, experiment)
     # The search runs on proxy launches. A given threshold is in the full model's units, so
     # the proxy's threshold is derived from its own endpoints; the given one is checked when
     # the full model confirms the culprit.
-    proxy_engine = _engine([c.as_proxy() for c in path], plans, policy, None, options.engine)
+    proxy_engine = _engine(
+        [c.as_proxy() for c in path], plans, policy, None, options.engine, options.prior
+    )
     driver.run(proxy_engine)
     outcome = proxy_engine.outcome
     assert outcome is not None
@@ -349,7 +373,7 @@ def _run_phases(
             "the proxy launches do not show the regression between the endpoints "
             f"({outcome.message}); it may depend on the weights: the search ran on full launches"
         )
-        engine = _engine(path, plans, policy, options.threshold, options.engine)
+        engine = _engine(path, plans, policy, options.threshold, options.engine, options.prior)
         driver.run(engine)
         phases = _Phases(engine, proxy, proxy_engine, fallback)
         return _descend(driver, phases, plans, options, experiment)

@@ -1,0 +1,87 @@
+"""A prior over where the crossing is, from the change itself (``--prior-path``): the commits
+of the path that touch the paths the user names (the verify's code, a kernel's directory)
+hold half of the prior, the other commits the other half.
+
+Half, whatever their number, bounds what a wrong guess costs: if the crossing is elsewhere, the
+search first spends about one launch learning that the named commits are below it (one bit),
+then searches the rest as it would have; if it is among them, the search halves only them
+(``log2(all/named) - 1`` launches fewer). The prior moves where the search looks first, never
+what it may name: every commit keeps a positive weight, and the stop rule is the same
+posterior at the same target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from perfbisect.config import COMMIT_AXIS, Configuration
+from perfbisect.errors import UsageError
+
+SHARE = 0.5  # the named commits' share of the prior
+
+
+@dataclass(frozen=True)
+class PathPrior:
+    """``touched``: the path's positions (1..n) whose commit touches ``paths``."""
+
+    paths: tuple[str, ...]
+    touched: tuple[int, ...]
+    n: int
+
+    def weights(self) -> list[float]:
+        """Each position's prior weight (0..n; position 0 cannot be the crossing)."""
+        named = set(self.touched)
+        others = self.n - len(named)
+        if not named or not others:
+            return [0.0] + [1.0] * self.n
+        inside, outside = SHARE / len(named), (1 - SHARE) / others
+        return [0.0] + [inside if x in named else outside for x in range(1, self.n + 1)]
+
+    def note(self) -> str:
+        """What the report says of it."""
+        return (
+            f"prior: the {len(self.touched)} of {self.n} commits touching "
+            f"{', '.join(self.paths)} held half of it (--prior-path)"
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {"paths": list(self.paths), "touched": list(self.touched), "n": self.n}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> PathPrior | None:
+        if not data:
+            return None
+        return cls(tuple(data["paths"]), tuple(int(x) for x in data["touched"]), int(data["n"]))
+
+
+def path_prior(repo: Any, path: Sequence[Configuration], paths: Sequence[str]) -> PathPrior:
+    """The prior of a commit path (``repo``: a ``GitRepo``): which positions touch ``paths``.
+    Raises ``UsageError`` where it cannot apply (no commit axis, nothing touched, everything
+    touched), naming the option."""
+    commits = [c.get(COMMIT_AXIS) for c in path]
+    if any(c is None for c in commits) or len(set(commits)) != len(commits):
+        raise UsageError(
+            "--prior-path weighs commits: it needs a search along commits alone (one commit "
+            "per configuration)"
+        )
+    cleaned = tuple(p.strip().strip("/") or "." for p in paths)
+    hits = repo.touching(commits[0], commits[-1], list(cleaned))
+    touched = tuple(i for i, sha in enumerate(commits) if i > 0 and sha in hits)
+    n = len(commits) - 1
+    shown = ", ".join(cleaned)
+    if not touched:
+        raise UsageError(
+            f"--prior-path {shown}: no commit between good and bad touches it (a path relative "
+            "to the repository's top?)"
+        )
+    if len(touched) == n:
+        raise UsageError(
+            f"--prior-path {shown}: every commit between good and bad touches it; it tells "
+            "the search nothing"
+        )
+    return PathPrior(cleaned, touched, n)
+
+
+__all__ = ["SHARE", "PathPrior", "path_prior"]
