@@ -46,7 +46,8 @@ def _launches(cli: Cli, shas: list[str], *extra: str) -> dict[str, Any]:
 def test_a_right_prior_names_the_culprit_in_fewer_launches(cli: Cli, tmp_path: Path) -> None:
     shas = _repo(tmp_path, TOUCHING)
     flat = _launches(cli, shas)
-    guided = _launches(cli, shas, "--prior-path", "verify/")
+    # an absolute path inside the repository is as good as one relative to its top
+    guided = _launches(cli, shas, "--prior-path", str(tmp_path / "repo" / "verify"))
     for report in (flat, guided):
         assert report["culprit"]["first_bad"] == {"commit": shas[CULPRIT]}
         assert report["culprit"]["verified"] is True
@@ -70,6 +71,7 @@ def test_a_wrong_prior_still_names_the_culprit(cli: Cli, tmp_path: Path) -> None
     [
         (["--engine", "model", "--prior-path", "nowhere/"], "no commit between good and bad"),
         (["--prior-path", "verify"], "--prior-path needs --engine model"),
+        (["--engine", "model", "--prior-path", "/elsewhere/verify"], "not inside the repository"),
     ],
 )
 def test_a_prior_that_cannot_apply_is_an_input_error_and_stores_nothing(
@@ -118,3 +120,12 @@ def test_on_simulated_worlds_a_right_prior_saves_and_a_wrong_one_costs_little() 
             totals[kind] += result.launches
     assert totals["right"] < totals["flat"] - 12 * 2  # at least two launches a search
     assert totals["wrong"] <= totals["flat"] + 12 * 3
+
+
+def test_a_resumed_session_keeps_its_prior() -> None:
+    from perfbisect.bisect.session.session import stored_options
+
+    prior = PathPrior(("verify",), (3, 9), 12)
+    params = {"min_launches": 1, "max_launches": 5, "engine": "model", "prior": prior.as_json()}
+    assert stored_options(params).prior == prior
+    assert stored_options({**params, "prior": None}).prior is None

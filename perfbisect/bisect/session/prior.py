@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from perfbisect.config import COMMIT_AXIS, Configuration
@@ -56,6 +57,18 @@ class PathPrior:
         return cls(tuple(data["paths"]), tuple(int(x) for x in data["touched"]), int(data["n"]))
 
 
+def _in_repo(top: Path, given: str) -> str:
+    """``given`` as a path relative to the repository's top: as it is, or an absolute path
+    inside the repository made relative."""
+    text = given.strip()
+    if Path(text).is_absolute():
+        try:
+            text = str(Path(text).resolve().relative_to(top.resolve()))
+        except ValueError:
+            raise UsageError(f"--prior-path {given}: not inside the repository {top}") from None
+    return text.strip("/") or "."
+
+
 def path_prior(repo: Any, path: Sequence[Configuration], paths: Sequence[str]) -> PathPrior:
     """The prior of a commit path (``repo``: a ``GitRepo``): which positions touch ``paths``.
     Raises ``UsageError`` where it cannot apply (no commit axis, nothing touched, everything
@@ -66,7 +79,7 @@ def path_prior(repo: Any, path: Sequence[Configuration], paths: Sequence[str]) -
             "--prior-path weighs commits: it needs a search along commits alone (one commit "
             "per configuration)"
         )
-    cleaned = tuple(p.strip().strip("/") or "." for p in paths)
+    cleaned = tuple(_in_repo(Path(repo.path), p) for p in paths)
     hits = repo.touching(commits[0], commits[-1], list(cleaned))
     touched = tuple(i for i, sha in enumerate(commits) if i > 0 and sha in hits)
     n = len(commits) - 1
