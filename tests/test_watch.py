@@ -19,9 +19,10 @@ from conftest import EXPERIMENT, Cli, Repo, _git, make_repo
 pytest.importorskip("otava.analysis", reason="apache-otava is not installed (perfbisect[watch])")
 
 # A measure command with seeded launch-to-launch noise (2%): the n-th launch of a commit draws
-# the same numbers every run (its count is kept in the worktree), so the test is repeatable.
-# Each launch of a commit draws its own noise, seeded by the commit and how many launches it
-# had. The count lives in perfbisect's clone (git's common dir), not the worktree: a worktree
+# the same numbers every run, so the test is repeatable. Each launch of a commit draws its own
+# noise, seeded by the commit's tree and how many launches it had. The tree, not the commit:
+# a commit's hash holds its time, so a seed by commit drew other noise in every run, and in one
+# CI run in many that noise split the planted +15% step into two change points. The count lives in perfbisect's clone (git's common dir), not the worktree: a worktree
 # idle for ten minutes may be evicted on a loaded machine, and a count kept there restarted,
 # which drew other noise and failed this module's long test in a CI run.
 NOISY_MEASURE = r"""
@@ -30,10 +31,11 @@ value = float(open("value").read())
 def git(*a):
     return subprocess.run(["git", *a], capture_output=True, text=True).stdout.strip()
 head = git("rev-parse", "HEAD")
+tree = git("rev-parse", "HEAD^{tree}")
 counter = os.path.join(git("rev-parse", "--git-common-dir"), f"launches-{head}")
 n = int(open(counter).read()) if os.path.exists(counter) else 0
 open(counter, "w").write(str(n + 1))
-rng = random.Random(f"{head}:{n}")
+rng = random.Random(f"{tree}:{n}")
 level = value * rng.gauss(1.0, 0.02)
 for _ in range(5):
     print(f"verify_ms={level * rng.gauss(1.0, 0.005):.4f}")
