@@ -244,7 +244,17 @@ def test_each_kind_schema_is_its_typed_options() -> None:
 
 # The package's layers, lowest first; a module imports only from its own layer or below.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "config", "paths", "redact", "checks", "samples", "interrupts", "folder_lock"),
+    (
+        "errors",
+        "config",
+        "paths",
+        "redact",
+        "checks",
+        "samples",
+        "interrupts",
+        "folder_lock",
+        "code_areas",
+    ),
     ("cachedir", "store", "invocation"),
     ("experiment",),
     ("hosts",),

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXPERIMENT, PRINTED_MEASURE, Cli, make_repo
+from conftest import EXPERIMENT, PRINTED_MEASURE, Cli, _git, make_repo
 
 from perfbisect.bisect.search.model import believe
 from perfbisect.bisect.session.prior import PathPrior
@@ -70,7 +70,8 @@ def test_a_wrong_prior_still_names_the_culprit(cli: Cli, tmp_path: Path) -> None
     ("extra", "said"),
     [
         (["--engine", "model", "--prior-path", "nowhere/"], "no commit between good and bad"),
-        (["--prior-path", "verify"], "--prior-path needs --engine model"),
+        (["--prior-path", "verify"], "--prior-area need --engine model"),
+        (["--engine", "model", "--prior-area", "kernels"], "--prior-area kernels: unknown"),
         (["--engine", "model", "--prior-path", "/elsewhere/verify"], "not inside the repository"),
     ],
 )
@@ -129,3 +130,50 @@ def test_a_resumed_session_keeps_its_prior() -> None:
     params = {"min_launches": 1, "max_launches": 5, "engine": "model", "prior": prior.as_json()}
     assert stored_options(params).prior == prior
     assert stored_options({**params, "prior": None}).prior is None
+
+
+def test_a_prior_on_the_verify_area_reads_the_files_each_commit_changed(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # SGLang-like paths: the culprit and two other commits change the speculative worker, the
+    # rest documentation; --prior-area verify finds them by the file names `bisect explain`
+    # flags, with no path given.
+    commits: list[dict[str, str]] = []
+    for i in range(N + 1):
+        files = {"value": "10.0" if i < CULPRIT else "13.0"}
+        if i == 0:
+            files["measure.py"] = PRINTED_MEASURE
+        if i in TOUCHING:
+            files["python/sglang/srt/speculative/eagle_worker.py"] = f"# {i}\n"
+        elif i:
+            files[f"docs/note{i}.md"] = f"{i}\n"
+        commits.append(files)
+    (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
+    shas = make_repo(tmp_path / "repo", commits).shas
+    flat = _launches(cli, shas)
+    guided = _launches(cli, shas, "--prior-area", "verify")
+    assert guided["culprit"]["first_bad"] == {"commit": shas[CULPRIT]}
+    assert guided["culprit"]["verified"] is True
+    assert guided["launches"] < flat["launches"], (guided["launches"], flat["launches"])
+    assert "the 3 of 48 commits touching the speculative/verify path" in guided["search"]
+
+
+def test_a_merge_counts_with_the_files_its_branch_brought_in(tmp_path: Path) -> None:
+    from perfbisect.targets.gitrepo import GitRepo
+
+    repo = make_repo(tmp_path / "repo", [{"a.txt": "0"}, {"a.txt": "1"}])
+    _git(repo.path, "checkout", "-q", "-b", "feature")
+    for i in range(2):
+        (repo.path / "spec_decode.py").write_text(f"# {i}\n")
+        _git(repo.path, "add", "-A")
+        _git(repo.path, "commit", "-q", "-m", f"feature {i}")
+    _git(repo.path, "checkout", "-q", "main")
+    (repo.path / "b.txt").write_text("main\n")
+    _git(repo.path, "add", "-A")
+    _git(repo.path, "commit", "-q", "-m", "main moves on")
+    _git(repo.path, "merge", "-q", "--no-ff", "-m", "merge feature", "feature")
+    merge = _git(repo.path, "rev-parse", "HEAD")
+    files = GitRepo(repo.path).files_by_commit(repo.shas[0], merge)
+    assert files[merge] == {"spec_decode.py"}  # against the first parent: the branch's
+    assert files[repo.shas[1]] == {"a.txt"}
+    assert len(files) == 3  # the first-parent line only: not the branch's own commits

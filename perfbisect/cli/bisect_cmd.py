@@ -138,6 +138,14 @@ def start(
         "repository's top, e.g. the verify's code) hold half of the search's prior, so it "
         "looks there first; a wrong guess costs about one launch.",
     ),
+    prior_area: list[str] = typer.Option(
+        [],
+        "--prior-area",
+        metavar="verify|cuda-graph|distributed",
+        help="With --engine model: commits that change a file on this area of the server's "
+        "code (verify: the speculative/verify path; by the file names `bisect explain` flags) "
+        "hold half of the search's prior, with --prior-path's.",
+    ),
     fresh: bool = typer.Option(
         False,
         "--fresh",
@@ -234,6 +242,7 @@ def start(
                 confidence,
                 descend_merges=not no_descend_merges,
                 prior_paths=tuple(prior_path),
+                prior_areas=tuple(prior_area),
             ),
             name=name,
             progress=progress,

@@ -9,14 +9,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-PATHS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("speculative/verify", re.compile(r"specul|eagle|verify|draft|spec_", re.I)),
-    ("CUDA graph", re.compile(r"cuda_?graph|graph_runner|capture|replay", re.I)),
-    (
-        "distributed",
-        re.compile(r"distributed|all_?reduce|nccl|parallel_state|custom_ar|gloo", re.I),
-    ),
-)
+from perfbisect.code_areas import flags_of
+
 _FILE = re.compile(r"^diff --git a/(?P<a>\S+) b/(?P<b>\S+)$")
 _HUNK = re.compile(
     r"^@@ -(?P<old>\d+)(?:,(?P<oldn>\d+))? \+(?P<new>\d+)(?:,(?P<newn>\d+))? @@ ?(?P<ctx>.*)$"
@@ -29,7 +23,7 @@ class TouchedFile:
     added: int
     removed: int
     functions: tuple[str, ...]
-    flags: tuple[str, ...]  # which of PATHS the file or a touched function lies on
+    flags: tuple[str, ...]  # the code areas (code_areas.py) the file or a function lies on
 
 
 @dataclass(frozen=True)
@@ -42,10 +36,6 @@ class Change:
     @property
     def flags(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(f for t in self.files for f in t.flags))
-
-
-def flags_of(*names: str) -> tuple[str, ...]:
-    return tuple(label for label, pattern in PATHS if any(pattern.search(n) for n in names))
 
 
 def _enclosing(source: str) -> Callable[[int], str | None] | None:

@@ -80,6 +80,19 @@ class GitRepo:
         )
         return set(out.split())
 
+    def files_by_commit(self, good: str, bad: str) -> dict[str, set[str]]:
+        """The files each commit of good..bad's first-parent line changed, against its first
+        parent (a merge: everything its branch brought in)."""
+        out = self.repo.git.log(
+            "-m", "--first-parent", "--name-only", "--format=%x00%H", f"{good}..{bad}"
+        )
+        files: dict[str, set[str]] = {}
+        for block in str(out).split("\0")[1:]:
+            lines = [x.strip() for x in block.splitlines() if x.strip()]
+            if lines:
+                files.setdefault(lines[0], set()).update(lines[1:])
+        return files
+
     def diff(self, older: str, newer: str) -> str:
         """The unified diff from ``older`` to ``newer``, without context lines."""
         return str(self.repo.git.diff("-U0", "--no-color", older, newer, "--"))

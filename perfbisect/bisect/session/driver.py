@@ -105,9 +105,11 @@ class SearchOptions:
     # A crossing at a merge commit is searched inside the branch it merged (merges.py);
     # False: --no-descend-merges.
     descend_merges: bool = True
-    # --prior-path: the paths whose commits hold half of the model's prior (prior.py), and
-    # the prior itself once the path is known (kept with the session for its resume).
+    # --prior-path / --prior-area: the paths and code areas whose commits hold half of the
+    # model's prior (prior.py), and the prior itself once the path is known (kept with the
+    # session for its resume).
     prior_paths: tuple[str, ...] = ()
+    prior_areas: tuple[str, ...] = ()
     prior: PathPrior | None = None
 
     def policy(self, experiment: Experiment) -> Policy:

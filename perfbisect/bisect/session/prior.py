@@ -1,6 +1,8 @@
-"""A prior over where the crossing is, from the change itself (``--prior-path``): the commits
-of the path that touch the paths the user names (the verify's code, a kernel's directory)
-hold half of the prior, the other commits the other half.
+"""A prior over where the crossing is, from the change itself: the commits of the path that
+touch the paths the user names (``--prior-path``: the verify's code, a kernel's directory) or a
+file on an area of the server's code (``--prior-area verify``: the speculative/verify path, by
+the same file patterns `bisect explain` flags changes with) hold half of the prior, the other
+commits the other half.
 
 Half, whatever their number, bounds what a wrong guess costs: if the crossing is elsewhere, the
 search first spends about one launch learning that the named commits are below it (one bit),
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfbisect.code_areas import AREA_NAMES, flags_of
 from perfbisect.config import COMMIT_AXIS, Configuration
 from perfbisect.errors import UsageError
 
@@ -44,7 +47,7 @@ class PathPrior:
         """What the report says of it."""
         return (
             f"prior: the {len(self.touched)} of {self.n} commits touching "
-            f"{', '.join(self.paths)} held half of it (--prior-path)"
+            f"{', '.join(self.paths)} held half of it"
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -69,32 +72,50 @@ def _in_repo(top: Path, given: str) -> str:
     return text.strip("/") or "."
 
 
-def path_prior(repo: Any, path: Sequence[Configuration], paths: Sequence[str]) -> PathPrior:
-    """The prior of a commit path (``repo``: a ``GitRepo``): which positions touch ``paths``.
-    Raises ``UsageError`` where it cannot apply (no commit axis, nothing touched, everything
-    touched), naming the option."""
+def path_prior(
+    repo: Any,
+    path: Sequence[Configuration],
+    paths: Sequence[str],
+    areas: Sequence[str] = (),
+) -> PathPrior:
+    """The prior of a commit path (``repo``: a ``GitRepo``): which positions touch ``paths``
+    (git pathspecs from the repository's top) or a file on one of ``areas`` (code_areas.py's
+    names: verify, cuda-graph, distributed). Raises ``UsageError`` where it cannot apply (no
+    commit axis, an unknown area, nothing touched, everything touched), naming the option."""
+    unknown = [a for a in areas if a not in AREA_NAMES]
+    if unknown:
+        raise UsageError(
+            f"--prior-area {unknown[0]}: unknown; one of {', '.join(sorted(AREA_NAMES))}"
+        )
     commits = [c.get(COMMIT_AXIS) for c in path]
     if any(c is None for c in commits) or len(set(commits)) != len(commits):
         raise UsageError(
-            "--prior-path weighs commits: it needs a search along commits alone (one commit "
-            "per configuration)"
+            "--prior-path and --prior-area weigh commits: they need a search along commits "
+            "alone (one commit per configuration)"
         )
     cleaned = tuple(_in_repo(Path(repo.path), p) for p in paths)
-    hits = repo.touching(commits[0], commits[-1], list(cleaned))
+    hits = repo.touching(commits[0], commits[-1], list(cleaned)) if cleaned else set()
+    labels = [AREA_NAMES[a] for a in dict.fromkeys(areas)]
+    if labels:
+        for sha, files in repo.files_by_commit(commits[0], commits[-1]).items():
+            if any(label in flags_of(*files) for label in labels):
+                hits.add(sha)
     touched = tuple(i for i, sha in enumerate(commits) if i > 0 and sha in hits)
     n = len(commits) - 1
-    shown = ", ".join(cleaned)
+    named = (*cleaned, *(f"the {label} path" for label in labels))
+    shown = " ".join(
+        [*(f"--prior-path {p}" for p in cleaned), *(f"--prior-area {a}" for a in areas)]
+    )
     if not touched:
         raise UsageError(
-            f"--prior-path {shown}: no commit between good and bad touches it (a path relative "
-            "to the repository's top?)"
+            f"{shown}: no commit between good and bad touches it (a path relative to the "
+            "repository's top?)"
         )
     if len(touched) == n:
         raise UsageError(
-            f"--prior-path {shown}: every commit between good and bad touches it; it tells "
-            "the search nothing"
+            f"{shown}: every commit between good and bad touches it; it tells the search nothing"
         )
-    return PathPrior(cleaned, touched, n)
+    return PathPrior(named, touched, n)
 
 
 __all__ = ["SHARE", "PathPrior", "path_prior"]

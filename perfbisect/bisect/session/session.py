@@ -149,7 +149,7 @@ def start(
     host = host or HostOptions()
     experiment = host.apply(load_experiment(experiment_path))
     endpoints = resolve_endpoints(good, bad, experiment)
-    if options.prior_paths:
+    if options.prior_paths or options.prior_areas:
         options = replace(options, prior=_prior(experiment, endpoints, options))
     params: dict[str, Any] = {
         "threshold": options.threshold,
@@ -275,18 +275,22 @@ def stored_options(params: dict[str, Any]) -> SearchOptions:
 
 
 def _prior(experiment: Experiment, endpoints: Any, options: SearchOptions) -> PathPrior:
-    """``--prior-path``'s prior over the session's path, checked before anything is stored."""
+    """``--prior-path``/``--prior-area``'s prior over the session's path, checked before
+    anything is stored."""
     from perfbisect.errors import UsageError
     from perfbisect.targets.gitrepo import GitRepo
 
     if options.engine != "model":
-        raise UsageError("--prior-path needs --engine model (the rule engine has no prior)")
+        raise UsageError(
+            "--prior-path and --prior-area need --engine model (the rule engine has no prior)"
+        )
     if endpoints.multi_axis or experiment.target.repo is None:
         raise UsageError(
-            "--prior-path weighs commits: it needs a search along commits alone (one commit "
-            "per configuration)"
+            "--prior-path and --prior-area weigh commits: they need a search along commits "
+            "alone (one commit per configuration)"
         )
-    return path_prior(GitRepo(experiment.target.repo), endpoints.path, options.prior_paths)
+    repo = GitRepo(experiment.target.repo)
+    return path_prior(repo, endpoints.path, options.prior_paths, options.prior_areas)
 
 
 def _engine(
