@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import math
 import random
 import statistics
@@ -43,6 +44,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from perfbisect.bisect.rules.engine import Engine, LaunchResult, Policy, Status
 from perfbisect.bisect.search.searcher import ModelEngine
@@ -265,6 +267,23 @@ def prior_world(n: int, rng: random.Random, kind: str) -> World:
     return replace(world, prior=tuple(PathPrior(("x",), tuple(sorted(touched)), n).weights()))
 
 
+REAL_RANGE = Path(__file__).parent / "data" / "sglang_range2_areas.json"
+
+
+def real_range_world(rng: random.Random, area: str | None) -> World:
+    """The real SGLang range bisected on the H200 (129 commits; upstream #25464 at position
+    123): a single step there with the case's noise, and the prior ``--prior-area`` reads from
+    the range's real files (``area``: an area's label; None: a flat prior)."""
+    data = json.loads(REAL_RANGE.read_text())
+    n, culprit = int(data["n"]), int(data["culprit"]["position"])
+    levels = [GOOD_MS if i < culprit else BAD_MS for i in range(n + 1)]
+    world = World(levels, frozenset(), culprit, rng, 0.04, 0.03)
+    if area is None:
+        return world
+    touched = tuple(int(x) for x in data["areas"][area])
+    return replace(world, prior=tuple(PathPrior((area,), touched, n).weights()))
+
+
 def prior_table(trials: int, n: int, seed: int) -> None:
     """The model with a flat prior, a right and a wrong ``--prior-path`` on the same worlds."""
     print(
@@ -283,6 +302,27 @@ def prior_table(trials: int, n: int, seed: int) -> None:
         print(
             f"| {kind} | {sum(r.correct for r in results) / trials:.1%} "
             f"| {statistics.fmean(launches):.2f} | {max(launches)} | {wrong} |"
+        )
+    data = json.loads(REAL_RANGE.read_text())
+    print(
+        f"\nThe real SGLang range {data['good'][:10]}..{data['bad'][:10]} ({data['n']} commits; "
+        f"the culprit {data['culprit']['commit'][:10]} at {data['culprit']['position']}), a step "
+        "there with the same noise, and --prior-area from the range's real files:\n"
+    )
+    print("| prior | commits on it | culprit on it | accuracy | launches mean | launches max |")
+    print("|---|---|---|---|---|---|")
+    for area in (None, "speculative/verify", "CUDA graph", "distributed"):
+        results = []
+        for trial in range(trials):
+            world = real_range_world(random.Random(seed * 1_000_003 + trial), area)
+            results.append(run_perfbisect(world, 0, Policy(), model=True, prior=world.prior))
+        on = data["areas"].get(area, []) if area else []
+        launches = [r.launches for r in results]
+        print(
+            f"| {'flat' if area is None else area} | {len(on) if area else '-'} "
+            f"| {('yes' if data['culprit']['position'] in on else 'no') if area else '-'} "
+            f"| {sum(r.correct for r in results) / trials:.1%} "
+            f"| {statistics.fmean(launches):.2f} | {max(launches)} |"
         )
 
 
