@@ -240,3 +240,18 @@ def test_a_good_point_slowed_by_a_busy_machine_is_no_plateau_of_its_own() -> Non
             if position not in (11, 12):
                 assert belief.crossing_at(position) < 0.9, (k, position)
     assert belief.crossing_at(11) + belief.crossing_at(12) > 0.9
+
+
+def test_a_given_threshold_starts_with_one_launch_of_each_end() -> None:
+    # A given threshold does not move with a slow outlier at the bad end, so its second launch
+    # buys nothing there: B G, then the search; the bracket's pair is due before the name, so it
+    # comes as soon as one configuration holds 97% (a clean step: no single launch more).
+    rng = random.Random(11)
+    engine = ModelEngine(_path(200), Policy(), threshold=12.0)
+    order = _run(engine, lambda p: LaunchResult((10.0 if p < 77 else 14.0) * rng.gauss(1, 0.02)))
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.FOUND and outcome.culprit is not None
+    assert outcome.culprit.first_bad.position == 77 and outcome.culprit.verified
+    assert [p for p, purpose in order if purpose is Purpose.ENDPOINT] == [200, 0]
+    assert [p for p, purpose in order if purpose is Purpose.VERIFY] == [76, 77]
+    assert len(order) <= 2 + 8 + 2 + 1, order  # the ends, ~8 halvings, the pair, one spare

@@ -9,8 +9,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import slurm_fixture
@@ -132,27 +133,40 @@ def _start_bisect(run: Cli, tmp_path: Path, shas: list[str]) -> subprocess.Popen
 def test_a_job_cancelled_from_outside_is_retried_not_a_verdict(
     cli: Cli, tmp_path: Path, slurm: slurm_fixture.SlurmCluster
 ) -> None:
-    run = _cli(cli, slurm)
     shas = _experiment(tmp_path, slots=1, sleep=3, good=3, bad=3)
+    first, report, notes = _cancel_the_first_job(
+        _cli(cli, slurm), tmp_path, shas, slurm, lambda: bool(_running_jobs(slurm))
+    )
+    assert report["culprit"]["first_bad"]["commit"] == shas[3]
+    assert report["failed_launches"] == 0  # the cancelled job is not a failed launch
+    assert any(
+        f"slurm job {first} ended CANCELLED" in f and "submitted once more" in f for f in notes
+    ), notes
+    assert slurm.squeue() == []
+
+
+def _cancel_the_first_job(
+    run: Cli,
+    tmp_path: Path,
+    shas: list[str],
+    slurm: slurm_fixture.SlurmCluster,
+    ready: Callable[[], bool],
+) -> tuple[str, dict[str, Any], list[str]]:
+    """`bisect start` of the whole path; once ``ready``, the first running job is cancelled
+    from outside. The job, the session's report and every launch's notes."""
     proc = _start_bisect(run, tmp_path, shas)
     try:
-        first = _wait_for(lambda: _running_jobs(slurm))[0]
+        _wait_for(ready)
+        first = _running_jobs(slurm)[0]
         subprocess.run(["scancel", first], env={**os.environ, **slurm.env}, check=True)
         out, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    report = json.loads(out)
-    assert report["culprit"]["first_bad"]["commit"] == shas[3]
-    assert report["failed_launches"] == 0  # the cancelled job is not a failed launch
     log = json.loads(run.run("bisect", "log", "--json").stdout)
     launches = log["launches"] if isinstance(log, dict) else log
-    notes = [f for v in launches for f in v["flags"]]
-    assert any(
-        f"slurm job {first} ended CANCELLED" in f and "submitted once more" in f for f in notes
-    ), notes
-    assert slurm.squeue() == []
+    return first, json.loads(out), [f for v in launches for f in v["flags"]]
 
 
 def test_a_job_cancelled_in_its_build_is_retried_and_its_build_not_kept_as_failed(
@@ -174,22 +188,9 @@ def test_a_job_cancelled_in_its_build_is_retried_and_its_build_not_kept_as_faile
             f'build = "if [ -e {flag} ]; then rm {flag}; touch {started}; sleep 60; fi"\n',
         )
     )
-    proc = _start_bisect(run, tmp_path, shas)
-    try:
-        _wait_for(started.exists)
-        first = _running_jobs(slurm)[0]
-        subprocess.run(["scancel", first], env={**os.environ, **slurm.env}, check=True)
-        out, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
-    report = json.loads(out)
+    first, report, notes = _cancel_the_first_job(run, tmp_path, shas, slurm, started.exists)
     assert report["culprit"]["first_bad"]["commit"] == shas[2]
     assert report["failed_launches"] == 0
-    log = json.loads(run.run("bisect", "log", "--json").stdout)
-    launches = log["launches"] if isinstance(log, dict) else log
-    notes = [f for v in launches for f in v["flags"]]
     assert any(
         f"slurm job {first} ended CANCELLED (its build failed" in f and "once more" in f
         for f in notes
