@@ -130,7 +130,8 @@ torch_missing = pytest.mark.skipif(
 @torch_missing
 def test_an_extra_matmul_in_verify_is_the_top_finding(cli: Cli, tmp_path: Path) -> None:
     """bisect start finds the commit, explains it by default (one diagnostic launch a side),
-    and the top finding is the operator the commit added, with its share of the delta."""
+    and the top finding is the operator the commit added, with its share of the delta (with
+    more launches a side where the default's were too noisy to apportion)."""
     repo = make_repo(
         tmp_path / "repo",
         [{"server.py": SERVER.read_text()}, {"server.py": _server(EXTRA_MATMULS.format(count=40))}],
@@ -138,39 +139,49 @@ def test_an_extra_matmul_in_verify_is_the_top_finding(cli: Cli, tmp_path: Path) 
     (tmp_path / "perfbisect.toml").write_text(EXPERIMENT.format(tp=1))
     report = cli.bisect(repo.shas[0], repo.shas[1], timeout=900)
     assert report["status"] == "found", report["message"]
-    why = report["why"]
-    assert why is not None and report["report_version"] == 5
-    top = why["findings"][0]
-    assert top["kind"] == "operator" and "aten::mm" in top["title"], why["findings"]
-    assert top["share"] > 0.3, top  # the planted products dominate the verify delta
+    first = report["why"]
+    assert first is not None and report["report_version"] == 5
+    assert report["culprit"]["first_bad"]["commit"] == repo.shas[1]
+    # The default explanation (one diagnostic launch a side) names the planted operator, or,
+    # where the machine's load makes the profiled verifies too noisy to apportion (a fresh-clone
+    # CI run, 4 workers on 2 cores: +0.56 ms within +-2.34 ms), says so instead of guessing.
+    declined = any("within 2 standard errors" in line for line in first["not_measured"])
+    assert declined or (
+        first["findings"][0]["kind"] == "operator" and "aten::mm" in first["findings"][0]["title"]
+    ), (first["findings"], first["not_measured"])
     assert any(
         f["kind"] == "change" and "Rank.verify" in f["title"] and "speculative/verify" in f["title"]
-        for f in why["findings"]
-    ), why["findings"]
-    assert why["bad"]["groups"]["GEMM"] > why["good"]["groups"]["GEMM"]
+        for f in first["findings"]
+    ), first["findings"]
     for side in ("good", "bad"):
-        assert why[side]["traces"] and all(Path(t).exists() for t in why[side]["traces"])
-    assert any("NCCL" in line for line in why["not_measured"])  # CPU: said, not guessed
-    assert why["cost"]["extra_s_per_launch"] is not None  # against the search's own launches
+        assert first[side]["traces"] and all(Path(t).exists() for t in first[side]["traces"])
+    assert any("NCCL" in line for line in first["not_measured"])  # CPU: said, not guessed
+    assert first["cost"]["extra_s_per_launch"] is not None  # against the search's own launches
     # the diagnostic launches are in the history with their purpose, outside every verdict
-    log = cli.json("bisect", "log", "--json")
-    explained = [v for v in log if v["purpose"] == "explain"]
+    explained = [v for v in cli.json("bisect", "log", "--json") if v["purpose"] == "explain"]
     assert len(explained) == 2
     status = cli.json("bisect", "status", "--json")
     assert status["explain_launches"] == 2 and status["launches"] == report["launches"]
-    assert report["culprit"]["first_bad"]["commit"] == repo.shas[1]
+    # Explaining the session again with more launches a side (what a user does when it said
+    # "too noisy") replaces its why with the new launches', and names the operator with its share.
+    why = cli.json("bisect", "explain", "--launches", "3", "--json", timeout=600)
+    assert why["session_id"] == report["session"]
+    top = why["findings"][0]
+    assert top["kind"] == "operator" and "aten::mm" in top["title"], (
+        why["findings"],
+        why["not_measured"],
+    )
+    assert top["share"] > 0.3, top  # the planted products dominate the verify delta
+    assert why["bad"]["groups"]["GEMM"] > why["good"]["groups"]["GEMM"]
+    assert len([v for v in cli.json("bisect", "log", "--json") if v["purpose"] == "explain"]) == 8
+    stored = cli.json("bisect", "report", "--json")
+    assert stored["why"]["good"]["launch_ids"] == why["good"]["launch_ids"]
     text = cli.run("bisect", "report")
     assert text.returncode == 0, text.stderr
     assert "why (" in text.stdout and "aten::mm (GEMM)" in text.stdout
     page = tmp_path / "report.html"
     assert cli.run("bisect", "report", "--html", str(page)).returncode in (0,)
     assert "Why (bisect explain)" in page.read_text() and "aten::mm" in page.read_text()
-    # explaining the session again, from the CLI, replaces its why with the new launches'
-    again = cli.json("bisect", "explain", "--launches", "1", "--json", timeout=600)
-    assert again["session_id"] == report["session"] and again["findings"][0]["kind"] == "operator"
-    assert len([v for v in cli.json("bisect", "log", "--json") if v["purpose"] == "explain"]) == 4
-    stored = cli.json("bisect", "report", "--json")
-    assert stored["why"]["good"]["launch_ids"] == again["good"]["launch_ids"]
 
 
 @torch_missing
