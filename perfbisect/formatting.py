@@ -86,6 +86,21 @@ def confidence_text(confidence: float) -> str:
     )
 
 
+def search_text(search: str) -> str:
+    """How the search went, as every view says it: its mode in words, and the prior it started
+    from when one was given (``Report.search`` holds "<mode>; <prior>")."""
+    mode, _, prior = search.partition("; ")
+    return (
+        mode
+        + (
+            " (the configuration that crosses the threshold; `--all-steps` maps every step)"
+            if mode == "crossing first"
+            else " (every level change searched)"
+        )
+        + (f"; {prior}" if prior else "")
+    )
+
+
 def descent_lines(descent: Sequence[MergeDescent]) -> list[str]:
     """The search inside a merge, one line per branch, as every view prints it: which positions
     hold the branch's commits, and what was found there (the commit that crosses, its interval

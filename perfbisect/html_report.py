@@ -20,6 +20,7 @@ from perfbisect.formatting import (
     descent_lines,
     interval,
     num,
+    search_text,
     short_hashes,
     stage_times,
     verification_text,
@@ -273,6 +274,7 @@ def session_html(store: Store, ref: str | None) -> str:
         f"{report.noise_rel_sd:.1%} launch-to-launch; {counted(report.evaluations, 'configuration')} judged, "
         f"{report.launches} launches ({report.failed_launches} failed); started "
         f"{esc(row.created_at.isoformat(timespec='seconds'))}Z on {esc(row.owner_host)}</p>",
+        f"<p><b>search:</b> {esc(search_text(report.search))}</p>",
         _culprit_html(report),
         *(f"<p><b>merge:</b> {esc(line)}</p>" for line in descent_lines(report.descent)),
         "<h2>Launches on the path</h2>",

@@ -55,8 +55,11 @@ def test_a_right_prior_names_the_culprit_in_fewer_launches(cli: Cli, tmp_path: P
     # The report says the search was weighed, in JSON and in text
     assert "prior: the 3 of 48 commits touching verify held half of it" in guided["search"]
     assert "prior:" not in flat["search"]
-    text = cli.run("bisect", "report").stdout
+    text = cli.run("bisect", "report", "--html", str(tmp_path / "r.html")).stdout
     assert "commits touching verify held half of it" in text
+    page = (tmp_path / "r.html").read_text()
+    assert "<b>search:</b> crossing first" in page
+    assert "the 3 of 48 commits touching verify held half of it" in page
 
 
 def test_a_wrong_prior_still_names_the_culprit(cli: Cli, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import pg_fixture
 import pytest
 from conftest import EXPERIMENT, Cli, value_repo
 from test_host_locks import check_host_locks, hold
+from test_store_open import check_opened_once
 
 from perfbisect.store.database import Store
 
@@ -78,3 +79,10 @@ def test_host_locks_on_postgresql(pg: pg_fixture.PgServer) -> None:
     url = pg.create_database("locks")
     for holder_url, proc in hold(url, "ssh://gpu-a", 4.0):
         check_host_locks(holder_url, proc)
+
+
+def test_sessions_started_at_once_on_a_new_postgresql_database_all_open_it(
+    tmp_path: Path, pg: pg_fixture.PgServer
+) -> None:
+    for round_ in range(2):
+        check_opened_once(pg.create_database(f"fresh{round_}"), tmp_path / f"go{round_}")

@@ -34,6 +34,7 @@ from perfbisect.formatting import (
     descent_lines,
     interval,
     num,
+    search_text,
     short_hashes,
     verification_text,
 )
@@ -254,17 +255,7 @@ def render_report(report: Report, out: Console | None = None) -> None:
             f"; {counted(len(report.reused_launches), 'search launch')} reused from earlier "
             "sessions (`--fresh` launches everything)"
         )
-    mode, _, prior = report.search.partition("; ")
-    out.print(
-        f"search: {mode}"
-        + (
-            " (the configuration that crosses the threshold; `--all-steps` maps every step)"
-            if mode == "crossing first"
-            else " (every level change searched)"
-        )
-        + (f"; {escape(prior)}" if prior else ""),
-        soft_wrap=True,
-    )
+    out.print(f"search: {escape(search_text(report.search))}", soft_wrap=True)
     out.print(
         f"evaluations: {counted(report.evaluations, 'configuration')}, launches: "
         f"{report.launches}{failed}"

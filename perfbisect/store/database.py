@@ -18,6 +18,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from perfbisect.errors import DatabaseMissing, StoreError
 
 ENV_VAR = "PERFBISECT_DB"
+MIGRATION_WAIT_S = 120.0
+# pg_advisory_xact_lock's key for "perfbisect migrates this database" (any constant of our own).
+_PG_LOCK_KEY = 0x70625F6D6967
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 
@@ -128,7 +131,11 @@ class Store:
         known = {rev.revision for rev in script.walk_revisions()}
         head = script.get_current_head()
         try:
-            with self.engine.begin() as conn:
+            with self._migration_lock(), self.engine.begin() as conn:
+                if self.engine.dialect.name == "postgresql":
+                    # Held to the transaction's end: a second process creating the same new
+                    # database waits here, then finds it at head.
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
                 current = self._current_revision(conn)
                 if current is not None and current not in known:
                     raise StoreError(
@@ -143,6 +150,24 @@ class Store:
                 command.upgrade(config, "head")
         except OperationalError as exc:
             raise StoreError(f"cannot open database {_shown(self.url)}: {exc.orig}") from None
+
+    @contextmanager
+    def _migration_lock(self) -> Iterator[None]:
+        """One migrating process at a time per SQLite file. SQLite runs the schema's DDL outside
+        a transaction, so two sessions started at once on a new file both created its tables
+        and the second failed ("table configurations already exists")."""
+        path = _sqlite_path(self.url)
+        if path is None:
+            yield
+            return
+        from perfbisect.errors import StepFailed
+        from perfbisect.folder_lock import held
+
+        try:
+            with held(path.with_name(path.name + ".migrate-lock"), MIGRATION_WAIT_S, "migration"):
+                yield
+        except StepFailed as exc:
+            raise StoreError(f"cannot open database {_shown(self.url)}: {exc}") from None
 
     @staticmethod
     def _current_revision(conn: Any) -> str | None:
