@@ -186,6 +186,33 @@ def test_load_worlds_the_model_named_wrong_at_99_are_named_right(trial: int) -> 
     assert result.status is Status.FOUND and result.correct, (result.named, world.culprit)
 
 
+# Seeded worlds (random.Random(seed)) of the two load scenarios in which the model named a wrong
+# configuration at >= 99% (or none) before it weighed plateaus against none and a busy period
+# whose launches are each slowed by a factor of their own. 1031: the bad end's five launches all
+# ran in busy periods, its slow launches took for a plateau worse than the bad end; 1067: each
+# busy launch slowed alike-but-not-equally, read as lone outliers of a quiet machine.
+LOAD_WRONG_BEFORE_PLATEAU_DOUBT = [
+    ("load_comes_and_goes", 1031),
+    ("load_comes_and_goes", 1037),
+    ("load_comes_and_goes", 1043),
+    ("load_comes_and_goes", 1063),
+    ("load_comes_and_goes", 1081),
+    ("load_comes_and_goes_per_launch", 1067),
+    ("load_comes_and_goes_per_launch", 1136),
+]
+
+
+@pytest.mark.parametrize(("scenario", "seed"), LOAD_WRONG_BEFORE_PLATEAU_DOUBT)
+def test_load_worlds_with_slow_points_scattered_by_busy_periods_are_named_right(
+    scenario: str, seed: int
+) -> None:
+    bench = _bench()
+    world = getattr(bench, scenario)(1024, random.Random(seed), 0.04, 0.03, False)
+    result = bench.run_perfbisect(world, 1024, Policy(), model=True)
+    assert result.status is Status.FOUND and result.correct, (result.named, world.culprit)
+    assert result.confidence is not None and result.confidence >= 0.99
+
+
 def test_on_a_shared_machine_the_named_bracket_runs_back_to_back_twice() -> None:
     # The busy world of the first seed above: the machine is read as shared, so the bracket
     # named is launched A B A B (its pairs may come from the planner too) before it is named.

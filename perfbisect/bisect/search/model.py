@@ -17,12 +17,17 @@ What it assumes (every rule of the search follows from these and nothing else):
   levels, and those levels are read from the endpoints' launches the chain holds normal;
 * launches: log-normal around their point's level with the session's noise, except lone
   outliers (``OUTLIER`` of launches, 1.15-3x slower, never faster) and the machine's state;
-* the machine: normal, or busy with one slow-down factor (a grid over 1.15-3x) kept while a
-  busy period lasts, following a Markov chain over the launch order. Two chains are weighed
-  by how well each explains the launches: a quiet machine (periods rare) and a shared one
-  (periods start after about one launch in twenty and last about ten). Back-to-back launches
-  of two points in one busy period share its factor, which is what lets a pair tell a step
-  from a slow period.
+* the machine: normal, or busy, following a Markov chain over the launch order. Half of the
+  busy periods keep one slow-down factor (a grid over 1.3-3x) while they last; in the other
+  half each launch draws its own factor from that grid (load that varies launch by launch).
+  Two chains are weighed by how well each explains the launches: a quiet machine (periods
+  rare) and a shared one (periods start after about one launch in twenty and last about
+  ten). Back-to-back launches of two points in one steady period share its factor, which is
+  what lets a pair tell a step from a slow period;
+* plateaus read from the points (see ``_plateaus``) are a hypothesis weighed against none
+  (even odds), as the endpoints' slow-downs are: slow launches of a busy period scattered
+  along the path read like a plateau worse than the bad end, and a plateau taken as given
+  explained them without the period, which then named a wrong neighbour at 99%.
 
 The forward algorithm runs once per gap (vectorised over gaps and both chains), so the
 posterior is exact for the model, not a point estimate of the machine's state. Pure numpy,
@@ -44,6 +49,9 @@ OUTLIER = 0.03  # lone slow launches, whatever the machine's state
 # (start, stay, prior weight): a quiet machine and a shared one whose busy periods last ~12
 CHAINS = ((0.002, 0.5, 0.5), (0.05, 0.92, 0.5))
 SWITCH = 0.05  # a busy launch's chance of a factor other than the one before it
+# The share of busy periods whose launches are each slowed by a factor of their own (another
+# job's load that varies launch by launch) rather than by one factor for the whole period.
+UNSTEADY = 0.5
 # The endpoints' launches ran in busy periods, each end's slowed by one of these factors (log).
 # Priors: neither was (0.94); both alike, one period over the endpoint phase (0.02 each
 # factor); each end by its own factor, one of them perhaps not at all (an end launched again
@@ -59,6 +67,8 @@ BUSY_LO, BUSY_HI = 1.3, 3.0
 _K = 12
 _F = np.linspace(math.log(BUSY_LO), math.log(BUSY_HI), _K)
 _BUSY_SPREAD = 0.5 * (_F[1] - _F[0])  # half the grid's spacing, added to the noise
+# Machine states: 0 normal, 1.._K busy with one factor each, the last busy launch by launch.
+_STATES = _K + 2
 
 
 @dataclass(frozen=True)
@@ -132,11 +142,14 @@ def _emissions(
     u = np.asarray(xs - levels, dtype=np.float64)  # numpy 2.2's stubs widen the difference
     loose = math.log(OUTLIER) + _log_slow_grid(u)
     normal = np.logaddexp(math.log(1 - OUTLIER) + _log_normal_grid(u, sd), loose)
-    busy = np.logaddexp(
-        math.log(1 - OUTLIER) + _log_normal_grid(u[:, None] - _F[None, :], spread),
-        loose[:, None],
+    per_factor = _log_normal_grid(u[:, None] - _F[None, :], spread)
+    busy = np.logaddexp(math.log(1 - OUTLIER) + per_factor, loose[:, None])
+    # Busy launch by launch: any factor of the grid, each as likely, drawn anew every launch.
+    anyone = np.logaddexp.reduce(per_factor, axis=1) - math.log(_K)
+    unsteady = np.logaddexp(math.log(1 - OUTLIER) + anyone, loose)
+    return np.asarray(
+        np.concatenate([normal[:, None], busy, unsteady[:, None]], axis=1), dtype=np.float64
     )
-    return np.asarray(np.concatenate([normal[:, None], busy], axis=1), dtype=np.float64)
 
 
 def _side_levels(
@@ -165,16 +178,23 @@ def _side_levels(
 def _transitions() -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Per chain: the transition matrix (states x states) and the first launch's state."""
     mats, inits = [], []
+    steady = slice(1, _K + 1)
     for start, stay, _ in CHAINS:
-        m = np.zeros((_K + 1, _K + 1))
+        m = np.zeros((_STATES, _STATES))
         m[0, 0] = 1 - start
-        m[0, 1:] = start / _K
+        m[0, steady] = start * (1 - UNSTEADY) / _K
+        m[0, -1] = start * UNSTEADY
         m[1:, 0] = 1 - stay
-        m[1:, 1:] = stay * SWITCH / (_K - 1)
-        np.fill_diagonal(m[1:, 1:], stay * (1 - SWITCH))
+        m[steady, steady] = stay * SWITCH / (_K - 1)
+        np.fill_diagonal(m[steady, steady], stay * (1 - SWITCH))
+        m[-1, -1] = stay
         mats.append(m)
         busy = start / (1 - stay + start)
-        inits.append(np.concatenate([[1 - busy], np.full(_K, busy / _K)]))
+        inits.append(
+            np.concatenate(
+                [[1 - busy], np.full(_K, busy * (1 - UNSTEADY) / _K), [busy * UNSTEADY]]
+            )
+        )
     return np.asarray(mats), np.asarray(inits)
 
 
@@ -194,7 +214,7 @@ def _forward(
     js = np.arange(1, gaps + 1)
     past = idx[None, :] >= js[:, None]  # (gap, launch): the launch's point is past
     h, d = len(CHAINS), emit_below.shape[0]
-    alpha = np.broadcast_to(_INIT[:, None, None, :], (h, d, gaps, _K + 1)).copy()
+    alpha = np.broadcast_to(_INIT[:, None, None, :], (h, d, gaps, _STATES)).copy()
     loglik = np.zeros((h, d, gaps))
     for t in range(len(idx)):
         e = np.where(past[None, :, t, None], emit_past[:, None, t, :], emit_below[:, None, t, :])
@@ -242,12 +262,18 @@ def believe(
         g, b = good - SHIFTS[i], bad - SHIFTS[k]
         if (i or k) and b <= g + 0.02:
             continue  # a bad end not 2% worse than the good one explains no search
-        priors.append(shift_prior)
         t_log = math.log(threshold) if threshold is not None else (g + b) / 2
         lo, hi = _plateaus(own, g, b, t_log, sd)
-        levels.append((g, b, t_log, lo, hi))
-        e_below.append(_emissions(xs, _side_levels(xs, idx, len(points), g, lo, sd), sd))
-        e_past.append(_emissions(xs, _side_levels(xs, idx, len(points), b, hi, sd), sd))
+        # Plateaus read from the points are a hypothesis too, weighed against none: busy
+        # periods slow points scattered along the path, and taking those as a plateau worse
+        # than the bad end freed the machine's chain from the period that explained them all
+        # (tests/test_model_engine.py, the worlds with slow points scattered by busy periods).
+        plateaus = [(lo, hi)] if (lo, hi) == (g, b) else [(lo, hi), (g, b)]
+        for lo, hi in plateaus:
+            priors.append(shift_prior - math.log(len(plateaus)))
+            levels.append((g, b, t_log, lo, hi))
+            e_below.append(_emissions(xs, _side_levels(xs, idx, len(points), g, lo, sd), sd))
+            e_past.append(_emissions(xs, _side_levels(xs, idx, len(points), b, hi, sd), sd))
     loglik, alpha = _forward(np.asarray(e_below), np.asarray(e_past), idx, gaps)
     if weights is None:
         mass = np.diff(points).astype(np.float64)  # a gap's prior: its positions
@@ -330,7 +356,6 @@ def _plateaus(
     later commit took part of it back). The end's level where no point shows one."""
     inner = own[1:-1]
     lower = inner[(inner > good + 3 * sd) & (inner < t_log)]
-    upper = inner[(inner >= t_log + 3 * sd) & (np.abs(inner - bad) > 3 * sd)]
     # A plateau worse than the bad end is a run of points: one point alone sets none there (its
     # own launches would set the level they are judged against, and a slow launch is never
     # fast, so only that side is one busy period away from any point). On this machine, with
@@ -338,6 +363,7 @@ def _plateaus(
     # a past plateau of its own at 9.3 ms against a bad end of 6.7, and was named the culprit
     # at 99.5% (tests/test_model_engine.py, the live sequence). Between the threshold and the
     # bad end one point may hold a level of its own (a patch stack's intermediate step).
+    upper = inner[(inner >= t_log + 3 * sd) & (np.abs(inner - bad) > 3 * sd)]
     beyond = upper > bad
     if np.sum(beyond) == 1:
         upper = upper[~beyond]

@@ -67,6 +67,8 @@ def _read_past_when_below(level: NDArray[np.float64], b: Belief) -> NDArray[np.f
     slow_part = np.clip(
         (_SLOW[1] - np.maximum(b.threshold - level, _SLOW[0])) / (_SLOW[1] - _SLOW[0]), 0, 1
     )
+    # the last state, busy launch by launch: any factor of the grid, each as likely
+    per_state = np.concatenate([per_state, per_state[:, 1:].mean(axis=1, keepdims=True)], axis=1)
     per = (1 - OUTLIER) * per_state + OUTLIER * slow_part[:, None]
     return np.asarray(per @ b.busy_next, dtype=np.float64)
 
@@ -99,7 +101,9 @@ def pair_gains(b: Belief) -> NDArray[np.float64]:
     # The pair's ratio misleads when the state changes between its two launches, or a lone
     # outlier hits one of them.
     start = max(s for s, _, _ in CHAINS)
-    err = 2 * OUTLIER + (1 - busy) * start + busy * (1 - _STAY)
+    # busy launch by launch, the two launches' factors differ as often as not
+    unsteady = b.busy_next[-1]
+    err = 2 * OUTLIER + (1 - busy) * start + (busy - unsteady) * (1 - _STAY) + unsteady * 0.5
     read = p * (1 - err) + (1 - p) * err
     return np.asarray(_h(read) - _h(np.full_like(p, err)), dtype=np.float64)
 
