@@ -103,8 +103,8 @@ def test_report_and_compare_pages_read_well_at_1400_and_800_pixels(
 ) -> None:
     commits = [{"value": str(v)} for v in [10.0] * 4 + [164.3] * 4]
     commits[0]["measure.py"] = SPREAD_MEASURE
-    commits[5]["measure.py"] = CRASH
-    commits[6]["measure.py"] = SPREAD_MEASURE
+    commits[2]["measure.py"] = CRASH  # launched by the search (4, then 2)
+    commits[3]["measure.py"] = SPREAD_MEASURE
     repo = make_repo(tmp_path / "repo", commits)
     (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
     report = cli.bisect(repo.shas[0], repo.shas[-1])

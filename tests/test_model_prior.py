@@ -73,7 +73,7 @@ def test_a_wrong_prior_still_names_the_culprit(cli: Cli, tmp_path: Path) -> None
     ("extra", "said"),
     [
         (["--engine", "model", "--prior-path", "nowhere/"], "no commit between good and bad"),
-        (["--prior-path", "verify"], "--prior-area need --engine model"),
+        (["--engine", "rules", "--prior-path", "verify"], "--prior-area need --engine model"),
         (["--engine", "model", "--prior-area", "kernels"], "--prior-area kernels: unknown"),
         (["--engine", "model", "--prior-path", "/elsewhere/verify"], "not inside the repository"),
     ],

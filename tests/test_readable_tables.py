@@ -19,8 +19,9 @@ def _session_with_a_crash(cli: Cli, tmp_path: Path) -> list[dict]:  # type: igno
     """A found regression whose path holds one commit that crashes with a long traceback."""
     commits = [{"value": str(v)} for v in [10.0] * 4 + [30.0] * 4]
     commits[0]["measure.py"] = PRINTED_MEASURE
-    commits[5]["measure.py"] = CRASH
-    commits[6]["measure.py"] = PRINTED_MEASURE
+    # position 2: the model's second launch after the endpoints (4, then 2) on this path
+    commits[2]["measure.py"] = CRASH
+    commits[3]["measure.py"] = PRINTED_MEASURE
     repo = make_repo(tmp_path / "repo", commits)
     (tmp_path / "perfbisect.toml").write_text(EXPERIMENT)
     report = cli.bisect(repo.shas[0], repo.shas[-1])

@@ -40,6 +40,7 @@ from perfbisect.bisect.values import (
     midpoint,
 )
 from perfbisect.config import Configuration
+from perfbisect.errors import lead_with_error
 
 _Batch = list[LaunchRequest]
 # A segment's crossing posterior, its measured points and the launches it read (audit.py).
@@ -53,6 +54,17 @@ _BURST_REACH = 3
 _REOPEN_MAX = 2  # a point judged again after bursts at most this often
 _POOL_TOLERANCE = 0.1  # core_launches' rel_sd for pooling: it keeps launches within 1.4x
 BURST_MARGIN = 0.25  # "no level explains it": 25% beyond the worse end (bursts are 1.5-2x)
+
+
+def verification_failed(position: int, failure: str, earlier: int) -> str:
+    """Why a bracket is not verified when a side's verification launches failed past their
+    retries, and what settles it."""
+    return (
+        f"the verification launches of position {position} failed ({lead_with_error(failure)}); "
+        f"its verdict rests on {earlier} earlier launch(es). Re-run `bisect start` with the "
+        "same endpoints to verify it (its search launches are reused; the endpoints and the "
+        "verification run anew)"
+    )
 
 
 class EngineState:
@@ -93,6 +105,9 @@ class EngineState:
         # (next to a launch no level can explain); they stay in the store and the log.
         self.set_aside: dict[int, list[float]] = {}
         self.set_aside_seq: dict[int, list[int]] = {}  # their indices into in_order
+        # Of those, the launches (indices into in_order) the model's posterior holds slow
+        # (a busy period of the machine or a lone outlier); the rule engine sets none.
+        self.held_slow: set[int] = set()
         self._rel_sd_at = -1
         self._rel_sd = 0.0
         # SlowLaunches._level_beyond per (segment, end level), for the current launch count: it

@@ -116,11 +116,12 @@ def start(
         "its branch brought in (merge base to the merge's second parent).",
     ),
     engine: str = typer.Option(
-        "rules",
+        "model",
         "--engine",
         metavar="rules|model",
-        help="The search engine: 'rules' (default) or 'model' (one posterior decides every "
-        "launch and the stop: crossing first, --all-steps and several axes).",
+        help="The search engine: 'model' (default: one posterior decides every launch and the "
+        "stop: crossing first, --all-steps and several axes) or 'rules' (the earlier rule "
+        "engine, kept for comparison).",
     ),
     confidence: float = typer.Option(
         0.99,

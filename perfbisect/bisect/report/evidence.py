@@ -17,6 +17,7 @@ from perfbisect.store.history import LaunchView
 SLOW_LAUNCH = "slower than its launches that agree on one level"
 IN_BURST = "slow launch in a burst"
 NEXT_TO_BURST = "ran next to a burst of slow launches"
+HELD_SLOW = "slow by the posterior: a busy period of the machine or a lone outlier"
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,8 @@ def evidence_of(engine: Engine, by_seq: list[LaunchView | None]) -> dict[int, Ev
                 rows.append(use(i, v, False, SLOW_LAUNCH))
         for i, v in zip(engine.set_aside_seq.get(p, []), engine.set_aside.get(p, []), strict=True):
             slow = past_end is not None and past_end(v)
-            rows.append(use(i, v, False, IN_BURST if slow else NEXT_TO_BURST))
+            why = HELD_SLOW if i in engine.held_slow else IN_BURST if slow else NEXT_TO_BURST
+            rows.append(use(i, v, False, why))
         rows.sort(key=lambda r: r[0])
         out[p] = Evidence([v for _, v in kept], tuple(u for _, u in rows), [i for i, _ in kept])
     return out

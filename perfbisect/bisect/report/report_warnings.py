@@ -5,8 +5,8 @@ how sure it is."""
 from __future__ import annotations
 
 from perfbisect.bisect.engine_state import _BURST_REACH
-from perfbisect.bisect.report.evidence import IN_BURST, NEXT_TO_BURST, Evidence
-from perfbisect.bisect.report.report_model import PathPoint, Step, counted
+from perfbisect.bisect.report.evidence import HELD_SLOW, IN_BURST, NEXT_TO_BURST, Evidence
+from perfbisect.bisect.report.report_model import LaunchUse, PathPoint, Step, counted
 from perfbisect.bisect.rules.audit import AUDIT_TARGET
 from perfbisect.bisect.rules.engine import Engine, Outcome
 from perfbisect.bisect.stats import Verdict, median
@@ -109,6 +109,8 @@ def burst_warnings(
     aside = {p: v for p, v in engine.set_aside.items() if v}
     if not aside:
         return []
+    if engine.held_slow:
+        return [_held_slow_warning(engine, evidence, by_id, sorted(aside))]
     # Against the bad endpoint's own level, by the engine's margin (not against a level worse
     # than it that the engine may have found: these launches were set aside before it showed).
     past_end = engine.beyond_bad_end()
@@ -134,12 +136,7 @@ def burst_warnings(
         ]
         slow = sum(u.why == IN_BURST for u in uses)
         near = len(uses) - slow
-        reused = sum(
-            1
-            for u in uses
-            if u.launch_id in by_id
-            and any(str(f).startswith("reused from") for f in by_id[u.launch_id].flags)
-        )
+        reused = _reused(uses, by_id)
         parts = [
             *([f"{slow} ran slower than any level between the endpoints"] if slow else []),
             *([f"{near} ran next to such launches (their own values normal)"] if near else []),
@@ -166,6 +163,37 @@ def burst_warnings(
     return out
 
 
+def _reused(uses: list[LaunchUse], by_id: dict[int, LaunchView]) -> int:
+    """How many of ``uses`` were reused from earlier sessions (launched there, not here)."""
+    return sum(
+        1
+        for u in uses
+        if u.launch_id in by_id
+        and any(str(f).startswith("reused from") for f in by_id[u.launch_id].flags)
+    )
+
+
+def _held_slow_warning(
+    engine: Engine, evidence: dict[int, Evidence], by_id: dict[int, LaunchView], at: list[int]
+) -> str:
+    """The model's reading: the launches its posterior holds slow, counted, and where."""
+    uses = [
+        u for p in at for u in (evidence[p].uses if p in evidence else ()) if u.why == HELD_SLOW
+    ]
+    reused = _reused(uses, by_id)
+    return (
+        f"slow launches, by the posterior: {counted(len(uses), 'launch')} of {_positions(at)} "
+        "ran slow (a busy period of the machine, or a lone outlier: even odds or more each) "
+        "and are left out of their configurations' medians; the posterior weighed them "
+        "itself, and they stay in `bisect log`"
+        + (
+            f" ({reused} of them reused from earlier sessions: launched there, not here)"
+            if reused
+            else ""
+        )
+    )
+
+
 def _positions(positions: list[int]) -> str:
     """``position 16`` / ``positions 16, 32``."""
     word = "position" if len(positions) == 1 else "positions"
@@ -190,7 +218,9 @@ def overlap_warnings(
         return []
     out = []
     for p in path:
-        if p.ms is None or p.verdict not in (Verdict.UNCLEAR, Verdict.INTERMEDIATE):
+        # Whatever its verdict: the model's is the posterior's reading of its side, which a
+        # level on the threshold can make good or bad at any confidence.
+        if p.ms is None or p.verdict is Verdict.SKIP:
             continue
         if not p.ms.lo <= threshold <= p.ms.hi:
             continue

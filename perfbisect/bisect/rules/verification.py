@@ -10,6 +10,7 @@ from collections.abc import Generator, Sequence
 from perfbisect.bisect.engine_state import (
     _CORRECTED,
     _Batch,
+    verification_failed,
 )
 from perfbisect.bisect.rules.levels import Levels
 from perfbisect.bisect.stats import (
@@ -24,7 +25,6 @@ from perfbisect.bisect.values import (
     _Segment,
     midpoint,
 )
-from perfbisect.errors import lead_with_error
 
 # A first bad point with no other crossed point this many positions after it needs one more
 # verification launch on a machine that has shown slow launches (see ``_lone_crossing``).
@@ -355,12 +355,7 @@ class Verification(Levels):
             # Every verification launch failed (after retries): the point keeps the verdict of
             # its earlier launches, but nothing was verified.
             failed = self.failures.get(hi, ["failed"])[-1]
-            self.verify_notes[(lo, hi)] = (
-                f"the verification launches of position {hi} failed ({lead_with_error(failed)}); "
-                f"its verdict rests on {measured} earlier launch(es). Re-run `bisect start` "
-                "with the same endpoints to verify it (its search launches are reused; the "
-                "endpoints and the verification run anew)"
-            )
+            self.verify_notes[(lo, hi)] = verification_failed(hi, failed, measured)
             return None
         if (
             v_hi is Verdict.INTERMEDIATE

@@ -29,9 +29,10 @@ What it assumes (every rule of the search follows from these and nothing else):
   along the path read like a plateau worse than the bad end, and a plateau taken as given
   explained them without the period, which then named a wrong neighbour at 99%.
 
-The forward algorithm runs once per gap (vectorised over gaps and both chains), so the
-posterior is exact for the model, not a point estimate of the machine's state. Pure numpy,
-no I/O.
+The forward algorithm (machine.py) runs once per gap (vectorised over gaps and both chains),
+so the posterior is exact for the model, not a point estimate of the machine's state; with
+``per_launch``, forward-backward gives each launch's probability of having run slow. Pure
+numpy, no I/O.
 """
 
 from __future__ import annotations
@@ -44,14 +45,17 @@ import numpy as np
 from numpy.typing import NDArray
 
 from perfbisect.bisect.posterior import _log_normal_grid, _log_slow_grid
+from perfbisect.bisect.search.machine import (
+    _BUSY_SPREAD,
+    _CHAIN_PRIOR,
+    _F,
+    _K,
+    _TRANS,
+    _forward,
+    _slow_launches,
+)
 
 OUTLIER = 0.03  # lone slow launches, whatever the machine's state
-# (start, stay, prior weight): a quiet machine and a shared one whose busy periods last ~12
-CHAINS = ((0.002, 0.5, 0.5), (0.05, 0.92, 0.5))
-SWITCH = 0.05  # a busy launch's chance of a factor other than the one before it
-# The share of busy periods whose launches are each slowed by a factor of their own (another
-# job's load that varies launch by launch) rather than by one factor for the whole period.
-UNSTEADY = 0.5
 # The endpoints' launches ran in busy periods, each end's slowed by one of these factors (log).
 # Priors: neither was (0.94); both alike, one period over the endpoint phase (0.02 each
 # factor); each end by its own factor, one of them perhaps not at all (an end launched again
@@ -61,14 +65,6 @@ _END_SHIFTS = [(0, 0), (1, 1), (2, 2), (3, 3)] + [
     (i, k) for i in range(4) for k in range(4) if i != k
 ]
 _END_SHIFT_PRIOR = np.log(np.asarray([0.94, 0.02, 0.02, 0.02] + [0.002] * 12))
-# The busy states' slow-downs (log-spaced): another job's share of the machine slows it by 1.3x
-# or more; less than that is a level's business (a plateau, creep), not the machine's.
-BUSY_LO, BUSY_HI = 1.3, 3.0
-_K = 12
-_F = np.linspace(math.log(BUSY_LO), math.log(BUSY_HI), _K)
-_BUSY_SPREAD = 0.5 * (_F[1] - _F[0])  # half the grid's spacing, added to the noise
-# Machine states: 0 normal, 1.._K busy with one factor each, the last busy launch by launch.
-_STATES = _K + 2
 
 
 @dataclass(frozen=True)
@@ -95,6 +91,9 @@ class Belief:
     # Each position's prior weight of being the crossing (0..n; None: all alike). Within a gap
     # nothing was measured, so the gap's mass spreads over its positions by these weights.
     prior: NDArray[np.float64] | None = None
+    # Each launch's probability (in launch order) that it ran slow: in a busy period of the
+    # machine or a lone outlier (``believe(..., per_launch=True)``; None otherwise).
+    slow: NDArray[np.float64] | None = None
 
     def _per_position(self) -> NDArray[np.float64]:
         """Each position's probability of being the crossing (0..n)."""
@@ -152,6 +151,18 @@ def _emissions(
     )
 
 
+def _outlier_share(
+    xs: NDArray[np.float64], levels: NDArray[np.float64], sd: float
+) -> NDArray[np.float64]:
+    """Each launch's log probability, in the normal state, of being a lone outlier."""
+    u = np.asarray(xs - levels, dtype=np.float64)
+    loose = math.log(OUTLIER) + _log_slow_grid(u)
+    return np.asarray(
+        loose - np.logaddexp(math.log(1 - OUTLIER) + _log_normal_grid(u, sd), loose),
+        dtype=np.float64,
+    )
+
+
 def _side_levels(
     xs: NDArray[np.float64],
     idx: NDArray[np.int64],
@@ -175,70 +186,19 @@ def _side_levels(
     return np.where(at_end, end, plateau)[idx]
 
 
-def _transitions() -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Per chain: the transition matrix (states x states) and the first launch's state."""
-    mats, inits = [], []
-    steady = slice(1, _K + 1)
-    for start, stay, _ in CHAINS:
-        m = np.zeros((_STATES, _STATES))
-        m[0, 0] = 1 - start
-        m[0, steady] = start * (1 - UNSTEADY) / _K
-        m[0, -1] = start * UNSTEADY
-        m[1:, 0] = 1 - stay
-        m[steady, steady] = stay * SWITCH / (_K - 1)
-        np.fill_diagonal(m[steady, steady], stay * (1 - SWITCH))
-        m[-1, -1] = stay
-        mats.append(m)
-        busy = start / (1 - stay + start)
-        inits.append(
-            np.concatenate(
-                [[1 - busy], np.full(_K, busy * (1 - UNSTEADY) / _K), [busy * UNSTEADY]]
-            )
-        )
-    return np.asarray(mats), np.asarray(inits)
-
-
-_TRANS, _INIT = _transitions()
-_CHAIN_PRIOR = np.log(np.asarray([w for _, _, w in CHAINS]))
-
-
-def _forward(
-    emit_below: NDArray[np.float64],
-    emit_past: NDArray[np.float64],
-    idx: NDArray[np.int64],
-    gaps: int,
-) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """The forward algorithm for every chain, level shift and gap at once (emissions per
-    shift, launch and state): the log-likelihood per (chain, shift, gap) and the last
-    launch's filtered state per (chain, shift, gap)."""
-    js = np.arange(1, gaps + 1)
-    past = idx[None, :] >= js[:, None]  # (gap, launch): the launch's point is past
-    h, d = len(CHAINS), emit_below.shape[0]
-    alpha = np.broadcast_to(_INIT[:, None, None, :], (h, d, gaps, _STATES)).copy()
-    loglik = np.zeros((h, d, gaps))
-    for t in range(len(idx)):
-        e = np.where(past[None, :, t, None], emit_past[:, None, t, :], emit_below[:, None, t, :])
-        top = e.max(axis=2, keepdims=True)
-        if t > 0:
-            alpha = np.einsum("hdgs,hsr->hdgr", alpha, _TRANS)
-        f = alpha * np.exp(e - top)[None]
-        c = f.sum(axis=3)
-        loglik += np.log(c) + top[None, ..., 0]
-        alpha = f / c[..., None]
-    return loglik, alpha
-
-
 def believe(
     launches: Sequence[tuple[int, float]],
     n: int,
     threshold: float | None,
     sd: float,
     prior: Sequence[float] | None = None,
+    per_launch: bool = False,
 ) -> Belief:
     """The posterior given ``launches`` ((position, value in time terms: larger is worse), in
     the order they ran; both endpoints among them), a path of positions 0..n, the threshold
     (time terms; None: derived from the endpoints), the session's relative noise and each
-    position's prior weight of being the crossing (0..n, positive; None: all alike)."""
+    position's prior weight of being the crossing (0..n, positive; None: all alike). With
+    ``per_launch``, also each launch's probability of having run slow (``Belief.slow``)."""
     sd = max(sd, 0.01)
     weights = None if prior is None else np.asarray(prior, dtype=np.float64)
     pos = np.asarray([p for p, _ in launches], dtype=np.int64)
@@ -250,6 +210,8 @@ def believe(
     n_good, n_bad = int(np.sum(idx == 0)), int(np.sum(idx == len(points) - 1))
     gaps = len(points) - 1
     levels, e_below, e_past = [], [], []
+    o_below: list[NDArray[np.float64]] = []  # log share of a lone outlier in the normal state
+    o_past: list[NDArray[np.float64]] = []
     # Only launches that no level read from the endpoints explains make the shifts worth
     # weighing: something faster than the good level, or the bad end below the threshold.
     t_first = math.log(threshold) if threshold is not None else (good + bad) / 2
@@ -272,8 +234,12 @@ def believe(
         for lo, hi in plateaus:
             priors.append(shift_prior - math.log(len(plateaus)))
             levels.append((g, b, t_log, lo, hi))
-            e_below.append(_emissions(xs, _side_levels(xs, idx, len(points), g, lo, sd), sd))
-            e_past.append(_emissions(xs, _side_levels(xs, idx, len(points), b, hi, sd), sd))
+            at_below = _side_levels(xs, idx, len(points), g, lo, sd)
+            at_past = _side_levels(xs, idx, len(points), b, hi, sd)
+            e_below.append(_emissions(xs, at_below, sd))
+            e_past.append(_emissions(xs, at_past, sd))
+            o_below.append(_outlier_share(xs, at_below, sd))
+            o_past.append(_outlier_share(xs, at_past, sd))
     loglik, alpha = _forward(np.asarray(e_below), np.asarray(e_past), idx, gaps)
     if weights is None:
         mass = np.diff(points).astype(np.float64)  # a gap's prior: its positions
@@ -296,6 +262,11 @@ def believe(
     g, b, t_log, lo, hi = levels[int(np.argmax(weight))]
     by_chain = w.sum(axis=(1, 2))
     shared = float(by_chain[1] / by_chain.sum())
+    slow = None
+    if per_launch:
+        e = (np.asarray(e_below), np.asarray(e_past))
+        o = (np.asarray(o_below), np.asarray(o_past))
+        slow = _slow_launches(e, o, idx, gaps, w / w.sum())
     return Belief(
         points,
         gap,
@@ -310,6 +281,7 @@ def believe(
         (n_good, n_bad),
         shared,
         weights,
+        slow,
     )
 
 

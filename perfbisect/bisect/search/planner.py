@@ -29,8 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from perfbisect.bisect.search.model import _F as _BUSY_F
-from perfbisect.bisect.search.model import CHAINS, OUTLIER, SWITCH, Belief
+from perfbisect.bisect.search.machine import _F as _BUSY_F
+from perfbisect.bisect.search.machine import CHAINS, SWITCH
+from perfbisect.bisect.search.model import OUTLIER, Belief
 
 _F = np.concatenate([[0.0], _BUSY_F])  # log slow-down per machine state
 _SLOW = (math.log(1.15), math.log(3.0))

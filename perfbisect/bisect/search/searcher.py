@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from perfbisect.bisect.engine_state import EngineState, _Search
+from perfbisect.bisect.engine_state import EngineState, _Search, verification_failed
 from perfbisect.bisect.search.model import Belief, believe
 from perfbisect.bisect.search.planner import plan
 from perfbisect.bisect.search.segment import costs, endpoints, side_verdict
@@ -71,6 +71,26 @@ class ModelEngine(EngineState):
 
     # --- the search -------------------------------------------------------------------------
     def _run(self) -> _Search:
+        yield from self._search_path()
+        self._hold_slow()
+
+    def _hold_slow(self) -> None:
+        """Once the search is over: the launches the posterior holds slow (at least even odds)
+        leave their configurations' medians, as every view shows them, and stay listed with
+        why. Not during the search, whose posterior weighs every launch itself; a point all
+        of whose launches it holds slow keeps them (nothing else tells its level)."""
+        if len(self.launches) < 2 or self.outcome is None:
+            return
+        # (the posterior alone: the verdicts stay as the search left them, --all-steps' too)
+        slow = self._posterior(per_launch=True).slow
+        assert slow is not None
+        for position, indices in list(self.seq.items()):
+            held = {i for i in indices if slow[i] >= 0.5}
+            if held and len(held) < len(indices):
+                self._set_aside_launches(position, held)
+                self.held_slow |= held
+
+    def _search_path(self) -> _Search:
         n = self.bad_end
         p = self.policy
         why = yield from endpoints(self, 0, n)
@@ -89,16 +109,18 @@ class ModelEngine(EngineState):
             found = named(b, _PAIR_FROM, self._unlaunchable())
             if found is None or not found.one or self._pairs[(found.lo, found.hi)] >= need:
                 found = named(b, target, self._unlaunchable())
-            if found is not None and self._pairs[(found.lo, found.hi)] < need:
+            unpaired = found is not None and self._pairs[(found.lo, found.hi)] < need
+            if found is not None and unpaired and not {found.lo, found.hi} & self.gave_up:
                 # The stop rule would name it (a configuration, or a range around ones that
                 # cannot run): its two sides back to back first (twice on a shared machine),
                 # so that a busy period cannot have made the step (the pairs enter the
                 # posterior, which must still name it after them).
-                yield self._request([found.lo, found.hi], Purpose.VERIFY)
-                self._pairs[(found.lo, found.hi)] += 1
+                yield from self._pair(found.lo, found.hi)
                 continue
             if found is not None and found.probability >= target:
-                self._name(found.lo, found.hi, found.probability, verified=found.one)
+                # A side whose launches failed past the retries cannot be paired: named on
+                # the launches it had, not verified, and the report says why.
+                self._name(found.lo, found.hi, found.probability, found.one and not unpaired)
                 if self.policy.all_steps and found.one:  # every step: steps.py goes on
                     yield from every_step(self, self._pairs)
                 return
@@ -119,29 +141,46 @@ class ModelEngine(EngineState):
                 self._finish(Status.AMBIGUOUS, msg, unresolved=((best.lo, best.hi),))
                 return
             picked = plan(b, launchable, p.slots, costs(self, range(n + 1)))
-            yield self._request(
-                list(picked.positions), Purpose.VERIFY if picked.pair else Purpose.SEARCH
-            )
             if picked.pair:
-                self._pairs[(picked.positions[0], picked.positions[1])] += 1
+                yield from self._pair(picked.positions[0], picked.positions[1])
+            else:
+                yield self._request(list(picked.positions), Purpose.SEARCH)
+
+    def _pair(self, lo: int, hi: int) -> _Search:
+        """``lo`` and ``hi`` launched back to back; a pair only when both launches ran (a
+        side that failed past its retries leaves a note on why the bracket is not verified)."""
+        before = [len(self.launches.get(p, [])) for p in (lo, hi)]
+        yield self._request([lo, hi], Purpose.VERIFY)
+        after = [len(self.launches.get(p, [])) for p in (lo, hi)]
+        if all(a > b for a, b in zip(after, before)):
+            self._pairs[(lo, hi)] += 1
+            return
+        side = hi if after[1] == before[1] else lo
+        failed = self.failures.get(side, ["failed"])[-1]
+        self.verify_notes[(lo, hi)] = verification_failed(side, failed, before[side == hi])
 
     def _believe(self) -> Belief:
-        at = [0] * len(self.in_order)
-        for position, indices in self.seq.items():
-            for i in indices:
-                at[i] = position
-        times = launch_times(self.in_order, self.policy.higher_is_better)
-        assert times is not None, "launch values must be positive"
-        t = self.threshold if self.fixed_threshold else None
-        if t is not None and self.policy.higher_is_better:
-            t = 1 / t
-        b = believe(list(zip(at, times)), self.bad_end, t, self.rel_sd(), self.prior)
+        """The posterior now; the threshold (derived) and every point's verdict read from it."""
+        b = self._posterior()
         self.belief = b
         if not self.fixed_threshold:
             level = math.exp(b.threshold)
             self.threshold = 1 / level if self.policy.higher_is_better else level
         self._read_verdicts(b)
         return b
+
+    def _posterior(self, per_launch: bool = False) -> Belief:
+        at = [0] * len(self.in_order)
+        for seqs in (self.seq, self.set_aside_seq):
+            for position, indices in seqs.items():
+                for i in indices:
+                    at[i] = position
+        times = launch_times(self.in_order, self.policy.higher_is_better)
+        assert times is not None, "launch values must be positive"
+        t = self.threshold if self.fixed_threshold else None
+        if t is not None and self.policy.higher_is_better:
+            t = 1 / t
+        return believe(list(zip(at, times)), self.bad_end, t, self.rel_sd(), self.prior, per_launch)
 
     def _read_verdicts(self, b: Belief) -> None:
         cdf = b.cdf()
@@ -173,12 +212,12 @@ class ModelEngine(EngineState):
             effect = difference(self._core(a), self._core(b), self.rel_sd(), self.policy.noise.z)
         else:
             effect = difference([1.0], [1.0], 0.0, 0.0)
-        note = None
-        if not verified:
+        note = self.verify_notes.get((lo, hi))
+        if hi - lo > 1:
             note = f"positions {lo + 1}..{hi - 1} cannot be launched"
         culprit = Culprit(self.point(lo), self.point(hi), effect, verified, note, probability)
         n = self.bad_end
-        if not verified:
+        if hi - lo > 1:
             self.unresolved_why[(lo, hi)] = note or ""
             self._finish(
                 Status.AMBIGUOUS,
@@ -186,10 +225,11 @@ class ModelEngine(EngineState):
                 unresolved=((lo, hi),),
             )
             return
+        paired = "with its last good launched back to back" if verified else "not verified"
         self._finish(
             Status.FOUND,
             f"first bad configuration at position {hi} of {n} "
-            f"(posterior {posterior_percent(probability)}, with its last good launched back to back)",
+            f"(posterior {posterior_percent(probability)}, {paired})",
             culprit,
         )
 

@@ -27,7 +27,14 @@ from perfbisect.bisect.engine_state import EngineState, _Batch
 from perfbisect.bisect.search.model import Belief, believe, point_level
 from perfbisect.bisect.search.planner import plan
 from perfbisect.bisect.search.stop import launches_to_target, likeliest, named
-from perfbisect.bisect.stats import Verdict, difference, launch_times, median, posterior_percent
+from perfbisect.bisect.stats import (
+    Verdict,
+    classify,
+    difference,
+    launch_times,
+    median,
+    posterior_percent,
+)
 from perfbisect.bisect.values import Culprit, LaunchResult, Purpose
 
 SURE = 0.9  # a point's verdict: its side at this posterior (as the crossing-first search reads)
@@ -311,6 +318,13 @@ def endpoints(state: EngineState, lo: int, hi: int) -> Generator[_Batch, list[La
         if extra >= p.endpoint_confirm_launches:
             g = state._estimate(state.launches[lo]).median
             b = state._estimate(state.launches[hi]).median
+            for end in (lo, hi):  # the report lists the ends measured, with their side
+                side = None
+                if state.fixed_threshold:
+                    assert state.threshold is not None
+                    est = state._estimate(state.launches[end])
+                    side = classify(est, state.threshold, p.higher_is_better)
+                state._set_verdict(end, side or Verdict.UNCLEAR)
             if state.fixed_threshold:
                 return (
                     f"the endpoints do not fall on either side of the threshold "

@@ -98,9 +98,9 @@ class SearchOptions:
     # is also the drift check); 0 = never (--fresh).
     reuse_days: float = 7.0
     slots: int | None = None  # launches at once (--slots); None: the [executor]'s
-    # "rules" (the default) or "model": the search as one posterior (bisect/search/), for
-    # the crossing, every step (--all-steps) and several axes alike.
-    engine: str = "rules"
+    # "model" (the default): the search as one posterior (bisect/search/), for the crossing,
+    # every step (--all-steps) and several axes alike; "rules": the earlier rule engine.
+    engine: str = "model"
     confidence: float = 0.99  # the model's stop rule: the posterior a step must reach
     # A crossing at a merge commit is searched inside the branch it merged (merges.py);
     # False: --no-descend-merges.

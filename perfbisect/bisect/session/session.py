@@ -298,7 +298,7 @@ def _engine(
     plans: list[dict[str, Any]] | None,
     policy: Policy,
     threshold: float | None,
-    engine: str = "rules",
+    engine: str = "model",
     prior: PathPrior | None = None,
 ) -> Engine:
     """One path: the binary search (or, with ``engine="model"``, the search as one

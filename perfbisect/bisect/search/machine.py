@@ -1,0 +1,144 @@
+"""The machine's state over the launch order, for the search's model (model.py): normal, or
+busy, following a Markov chain. Half of the busy periods keep one slow-down factor (a grid over
+1.3-3x) while they last; in the other half each launch draws its own factor from that grid.
+Two chains are weighed by how well each explains the launches: a quiet machine (periods rare)
+and a shared one (periods start after about one launch in twenty and last about ten).
+
+The forward algorithm gives each hypothesis' likelihood (vectorised over chains, level shifts
+and gaps); forward-backward gives each launch's state given every launch, before and after it,
+from which each launch's probability of having run slow. Pure numpy, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+# (start, stay, prior weight): a quiet machine and a shared one whose busy periods last ~12
+CHAINS = ((0.002, 0.5, 0.5), (0.05, 0.92, 0.5))
+SWITCH = 0.05  # a busy launch's chance of a factor other than the one before it
+# The share of busy periods whose launches are each slowed by a factor of their own (another
+# job's load that varies launch by launch) rather than by one factor for the whole period.
+UNSTEADY = 0.5
+# The busy states' slow-downs (log-spaced): another job's share of the machine slows it by 1.3x
+# or more; less than that is a level's business (a plateau, creep), not the machine's.
+BUSY_LO, BUSY_HI = 1.3, 3.0
+_K = 12
+_F = np.linspace(math.log(BUSY_LO), math.log(BUSY_HI), _K)
+_BUSY_SPREAD = 0.5 * (_F[1] - _F[0])  # half the grid's spacing, added to the noise
+# Machine states: 0 normal, 1.._K busy with one factor each, the last busy launch by launch.
+_STATES = _K + 2
+
+
+def _transitions() -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Per chain: the transition matrix (states x states) and the first launch's state."""
+    mats, inits = [], []
+    steady = slice(1, _K + 1)
+    for start, stay, _ in CHAINS:
+        m = np.zeros((_STATES, _STATES))
+        m[0, 0] = 1 - start
+        m[0, steady] = start * (1 - UNSTEADY) / _K
+        m[0, -1] = start * UNSTEADY
+        m[1:, 0] = 1 - stay
+        m[steady, steady] = stay * SWITCH / (_K - 1)
+        np.fill_diagonal(m[steady, steady], stay * (1 - SWITCH))
+        m[-1, -1] = stay
+        mats.append(m)
+        busy = start / (1 - stay + start)
+        inits.append(
+            np.concatenate(
+                [[1 - busy], np.full(_K, busy * (1 - UNSTEADY) / _K), [busy * UNSTEADY]]
+            )
+        )
+    return np.asarray(mats), np.asarray(inits)
+
+
+_TRANS, _INIT = _transitions()
+_CHAIN_PRIOR = np.log(np.asarray([w for _, _, w in CHAINS]))
+
+
+def _forward(
+    emit_below: NDArray[np.float64],
+    emit_past: NDArray[np.float64],
+    idx: NDArray[np.int64],
+    gaps: int,
+    filtered: list[NDArray[np.float64]] | None = None,
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """The forward algorithm for every chain, level shift and gap at once (emissions per
+    shift, launch and state): the log-likelihood per (chain, shift, gap) and the last
+    launch's filtered state per (chain, shift, gap); each launch's, appended to
+    ``filtered`` when given."""
+    js = np.arange(1, gaps + 1)
+    past = idx[None, :] >= js[:, None]  # (gap, launch): the launch's point is past
+    h, d = len(CHAINS), emit_below.shape[0]
+    alpha = np.broadcast_to(_INIT[:, None, None, :], (h, d, gaps, _STATES)).copy()
+    loglik = np.zeros((h, d, gaps))
+    for t in range(len(idx)):
+        e = _emit_at(emit_below, emit_past, past, t)
+        top = e.max(axis=2, keepdims=True)
+        if t > 0:
+            alpha = np.einsum("hdgs,hsr->hdgr", alpha, _TRANS)
+        f = alpha * np.exp(e - top)[None]
+        c = f.sum(axis=3)
+        loglik += np.log(c) + top[None, ..., 0]
+        alpha = f / c[..., None]
+        if filtered is not None:
+            filtered.append(alpha)
+    return loglik, alpha
+
+
+def _emit_at(
+    emit_below: NDArray[np.float64],
+    emit_past: NDArray[np.float64],
+    past: NDArray[np.bool_],
+    t: int,
+) -> NDArray[np.float64]:
+    """Launch ``t``'s emissions per (shift, gap, state): its point below or past per gap."""
+    return np.asarray(
+        np.where(past[None, :, t, None], emit_past[:, None, t, :], emit_below[:, None, t, :]),
+        dtype=np.float64,
+    )
+
+
+def _machine_states(
+    emit_below: NDArray[np.float64],
+    emit_past: NDArray[np.float64],
+    idx: NDArray[np.int64],
+    gaps: int,
+) -> NDArray[np.float64]:
+    """Forward-backward: each launch's machine state per (chain, shift, gap) given every
+    launch, before and after it (launch, chain, shift, gap, state)."""
+    filtered: list[NDArray[np.float64]] = []
+    _forward(emit_below, emit_past, idx, gaps, filtered)
+    past = idx[None, :] >= np.arange(1, gaps + 1)[:, None]
+    beta = np.ones_like(filtered[-1])
+    out = [filtered[-1]]
+    for t in range(len(idx) - 1, 0, -1):
+        e = _emit_at(emit_below, emit_past, past, t)
+        step = beta * np.exp(e - e.max(axis=2, keepdims=True))[None]
+        beta = np.einsum("hsr,hdgr->hdgs", _TRANS, step)
+        beta = beta / beta.sum(axis=3, keepdims=True)
+        post = filtered[t - 1] * beta
+        out.append(post / post.sum(axis=3, keepdims=True))
+    return np.asarray(out[::-1])
+
+
+def _slow_launches(
+    emit: tuple[NDArray[np.float64], NDArray[np.float64]],
+    outlier: tuple[NDArray[np.float64], NDArray[np.float64]],
+    idx: NDArray[np.int64],
+    gaps: int,
+    weight: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    """Each launch's probability of having run slow (a busy state, or a lone outlier in the
+    normal one), over every chain, shift and gap by ``weight`` (their posterior)."""
+    states = _machine_states(emit[0], emit[1], idx, gaps)  # (launch, chain, shift, gap, state)
+    past = idx[None, :] >= np.arange(1, gaps + 1)[:, None]  # (gap, launch)
+    # (launch, shift, gap): the outlier share on the side the launch's point is, per gap
+    share = np.exp(
+        np.where(past.T[:, None, :], outlier[1].T[:, :, None], outlier[0].T[:, :, None])
+    )
+    per = (1 - states[..., 0]) + states[..., 0] * share[:, None]
+    return np.asarray(np.einsum("thdg,hdg->t", per, weight), dtype=np.float64)
