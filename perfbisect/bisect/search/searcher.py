@@ -41,6 +41,7 @@ _PAIRS_QUIET, _PAIRS_SHARED = 1, 2
 # 8% noise row: from 0.9 or 0.95, 98.0% named right at 21.7-21.9 launches; from 0.97, 99.2% at
 # 22.4, as many as pairing at the target (99.2%, 23.6 launches).
 _PAIR_FROM = 0.97
+_MORE_PAIRS = 2  # pairs beyond those needed, for a bracket whose pairs do not all show its step
 
 
 class ModelEngine(EngineState):
@@ -60,6 +61,8 @@ class ModelEngine(EngineState):
         self.prior = list(prior) if prior is not None else None
         self.prior_note = prior_note
         self._pairs: Counter[tuple[int, int]] = Counter()  # brackets launched back to back
+        # each pair's two launches (indices into the launch order), per bracket
+        self._pair_seqs: dict[tuple[int, int], list[tuple[int, int]]] = {}
         super().__init__(path, policy, threshold)  # type: ignore[arg-type]
 
     # --- what the report asks of every engine -------------------------------------------
@@ -107,16 +110,34 @@ class ModelEngine(EngineState):
             # before it can be named anyway, and it is as informative now as a single launch
             # of either side (the planner's usual pick there), so it comes first.
             found = named(b, _PAIR_FROM, self._unlaunchable())
-            if found is None or not found.one or self._pairs[(found.lo, found.hi)] >= need:
+            if found is None or not found.one or self._agreeing(found.lo, found.hi, b) >= need:
                 found = named(b, target, self._unlaunchable())
-            unpaired = found is not None and self._pairs[(found.lo, found.hi)] < need
-            if found is not None and unpaired and not {found.lo, found.hi} & self.gave_up:
+            unpaired = found is not None and self._agreeing(found.lo, found.hi, b) < need
+            # A pair shows the step only when its bad side ran slower than its good side by
+            # the step (both sides of a pair in one busy period keep their ratio); pairs that
+            # do not are launched again, up to two more than needed.
+            tries = found is not None and self._pairs[(found.lo, found.hi)] < need + _MORE_PAIRS
+            if found is not None and unpaired and tries and not {found.lo, found.hi} & self.gave_up:
                 # The stop rule would name it (a configuration, or a range around ones that
                 # cannot run): its two sides back to back first (twice on a shared machine),
                 # so that a busy period cannot have made the step (the pairs enter the
                 # posterior, which must still name it after them).
                 yield from self._pair(found.lo, found.hi)
                 continue
+            if found is not None and unpaired and not tries and found.one and found.probability >= target:
+                shown = self._agreeing(found.lo, found.hi, b)
+                if not {found.lo, found.hi} & self.gave_up:
+                    # Its pairs keep disagreeing with its step: the step is not the
+                    # launches' to claim (a busy period may have made it); said, not named.
+                    why = (
+                        f"the crossing is in ({found.lo}, {found.hi}] with probability "
+                        f"{posterior_percent(found.probability)}, but only {shown} of its "
+                        f"{self._pairs[(found.lo, found.hi)]} back-to-back pairs show the step: "
+                        "the machine's load may have made it; run again on a quieter machine"
+                    )
+                    self.unresolved_why[(found.lo, found.hi)] = why
+                    self._finish(Status.AMBIGUOUS, why, unresolved=((found.lo, found.hi),))
+                    return
             if found is not None and found.probability >= target:
                 # A side whose launches failed past the retries cannot be paired: named on
                 # the launches it had, not verified, and the report says why.
@@ -154,10 +175,20 @@ class ModelEngine(EngineState):
         after = [len(self.launches.get(p, [])) for p in (lo, hi)]
         if all(a > b for a, b in zip(after, before)):
             self._pairs[(lo, hi)] += 1
+            self._pair_seqs.setdefault((lo, hi), []).append((self.seq[lo][-1], self.seq[hi][-1]))
             return
         side = hi if after[1] == before[1] else lo
         failed = self.failures.get(side, ["failed"])[-1]
         self.verify_notes[(lo, hi)] = verification_failed(side, failed, before[side == hi])
+
+    def _agreeing(self, lo: int, hi: int, b: Belief) -> int:
+        """How many of the back-to-back pairs of ``lo`` and ``hi`` show the step: the bad
+        side's launch at least threshold / level-below slower than the good side's."""
+        times = launch_times(self.in_order, self.policy.higher_is_better)
+        assert times is not None
+        step = b.threshold - b.below
+        pairs = self._pair_seqs.get((lo, hi), [])
+        return sum(1 for i, k in pairs if math.log(times[k]) - math.log(times[i]) >= step)
 
     def _believe(self) -> Belief:
         """The posterior now; the threshold (derived) and every point's verdict read from it."""
