@@ -174,7 +174,7 @@ def from_log_text(text: str, report: dict[str, Any]) -> dict[int, Row]:
     out = {}
     for position, rows in by_position.items():
         kept = [float(r[4]) for r in rows if r[5] == "kept"]
-        verdicts = {r[6] for r in rows}
+        verdicts = {r[7] for r in rows}  # (r[6]: the posterior's P(slow) of the launch)
         assert len(verdicts) == 1, (position, verdicts)
         out[position] = Row(
             verdicts.pop(),

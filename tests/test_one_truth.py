@@ -151,8 +151,17 @@ def test_launches_the_posterior_holds_slow_are_said_per_launch_in_every_view(
                 assert log[u["id"]]["kept"] is False and log[u["id"]]["set_aside"] == u["why"]
             else:
                 assert u["value"] < 1.5 * level, (p["position"], u)  # a slow one kept
+            # each launch's probability of having run slow, the same number in the report
+            # and the log: at even odds or more exactly for the launches held slow
+            assert u["slow"] == log[u["id"]]["slow"], (u, log[u["id"]])
+            assert (u["slow"] >= 0.5) is (not u["kept"]), (p["position"], u)
     said = [w for w in report["warnings"] if w.startswith("slow launches, by the posterior")]
     assert len(said) == 1 and f"{len(held)} launch" in said[0], report["warnings"]
+    # the log's text shows the number per launch
+    text = cli.run("bisect", "log").stdout
+    assert "P(slow)" in text, text
+    for u in held:
+        assert (">99%" if u["slow"] > 0.99 else f"{u['slow']:.0%}") in text, (u, text)
 
 
 def test_verification_says_what_it_launched(cli: Cli, tmp_path: Path) -> None:

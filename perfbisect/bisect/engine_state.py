@@ -108,6 +108,9 @@ class EngineState:
         # Of those, the launches (indices into in_order) the model's posterior holds slow
         # (a busy period of the machine or a lone outlier); the rule engine sets none.
         self.held_slow: set[int] = set()
+        # Each launch's probability (by its index into in_order) of having run slow, as the
+        # model's final posterior reads it; every view shows it per launch (the rules: none).
+        self.slow_probability: dict[int, float] = {}
         self._rel_sd_at = -1
         self._rel_sd = 0.0
         # SlowLaunches._level_beyond per (segment, end level), for the current launch count: it

@@ -414,6 +414,14 @@ def _interval_json(ms: dict[str, Any] | None) -> str:
     return interval(Interval(ms["median"], ms["ci"][0], ms["ci"][1], ms["launches"]))
 
 
+def _slow_odds(slow: float | None) -> str:
+    """The posterior's probability that a launch ran slow, as the log shows it ("-": the
+    rule engine's sessions, which have none)."""
+    if slow is None:
+        return "-"
+    return "<1%" if slow < 0.01 else ">99%" if slow > 0.99 else f"{slow:.0%}"
+
+
 def render_log(
     session: int, entries: Sequence[dict[str, Any]], descent: Sequence[MergeDescent] = ()
 ) -> None:
@@ -422,7 +430,7 @@ def render_log(
     a merge the launches include (the report's lines)."""
     render_rows(
         f"session {session} launches",
-        ["#", "id", "purpose", "config", "value", "counted", "verdict", "ready (s)", "log"],
+        ["#", "id", "purpose", "config", "value", "counted", "P(slow)", "verdict", "ready (s)", "log"],
         [
             (
                 e["seq"],
@@ -437,6 +445,7 @@ def render_log(
                 else f"set aside: {e['set_aside']}"
                 if e["kept"] is False
                 else "-",
+                _slow_odds(e.get("slow")),
                 e["verdict"] or "-",
                 ready_brief(e.get("timings") or {}),
                 e["log"],

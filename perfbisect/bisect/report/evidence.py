@@ -50,7 +50,8 @@ def evidence_of(engine: Engine, by_seq: list[LaunchView | None]) -> dict[int, Ev
 
     def use(i: int, value: float, kept: bool, why: str | None) -> tuple[int, LaunchUse]:
         view = by_seq[i] if i < len(by_seq) else None
-        return i, LaunchUse(view.id if view is not None else None, value, kept, why)
+        launch_id = view.id if view is not None else None
+        return i, LaunchUse(launch_id, value, kept, why, engine.slow_probability.get(i))
 
     out: dict[int, Evidence] = {}
     for p in sorted(engine.launches.keys() | engine.set_aside.keys()):

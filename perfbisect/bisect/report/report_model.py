@@ -161,9 +161,13 @@ class LaunchUse:
     value: float
     kept: bool
     why: str | None = None  # why it was set aside ("slow launch in a burst", ...)
+    # The model's final posterior probability that this launch ran slow (a busy period or a
+    # lone outlier); None from the rule engine, which has no such number.
+    slow: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.launch_id, "value": self.value, "kept": self.kept, "why": self.why}
+        out = {"id": self.launch_id, "value": self.value, "kept": self.kept, "why": self.why}
+        return out if self.slow is None else {**out, "slow": round(self.slow, 4)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LaunchUse:
@@ -173,6 +177,7 @@ class LaunchUse:
             float(data["value"]),
             bool(data.get("kept", True)),
             data.get("why"),
+            float(data["slow"]) if data.get("slow") is not None else None,
         )
 
 

@@ -87,6 +87,7 @@ class ModelEngine(EngineState):
         # (the posterior alone: the verdicts stay as the search left them, --all-steps' too)
         slow = self._posterior(per_launch=True).slow
         assert slow is not None
+        self.slow_probability = {i: float(slow[i]) for i in range(len(self.in_order))}
         for position, indices in list(self.seq.items()):
             held = {i for i in indices if slow[i] >= 0.5}
             if held and len(held) < len(indices):

@@ -115,18 +115,28 @@ def session_log(
     row = find_session(store, ref)
     launches = session_launches(store, row.id)
     report, _ = _report_or_why(store, row)
-    use_of: dict[int, tuple[str, bool, str | None]] = {}
+    use_of: dict[int, tuple[str, bool, str | None, float | None]] = {}
     verdict_of: dict[str, str] = {}
     for p in report.path if report else ():
         verdict_of[_key(p.config)] = p.verdict.value
         for u in p.launches:
             if u.launch_id is not None:
-                use_of[u.launch_id] = (p.verdict.value, u.kept, u.why)
+                use_of[u.launch_id] = (p.verdict.value, u.kept, u.why, u.slow)
     out = []
     for v in launches:
-        verdict, kept, why = use_of.get(v.id, (verdict_of.get(_key(v.axes)), None, None))
+        verdict, kept, why, slow = use_of.get(
+            v.id, (verdict_of.get(_key(v.axes)), None, None, None)
+        )
         out.append(
-            {**v.as_json(), "seq": v.seq, "verdict": verdict, "kept": kept, "set_aside": why}
+            {
+                **v.as_json(),
+                "seq": v.seq,
+                "verdict": verdict,
+                "kept": kept,
+                "set_aside": why,
+                # the model's posterior probability that this launch ran slow (None: rules)
+                "slow": slow,
+            }
         )
     return row.id, out, report.descent if report else ()
 
