@@ -91,6 +91,7 @@ ENGINE_LAYERS = (
     "search.model",
     "search.planner",
     "search.stop",
+    "search.pairs",
     "search.segment",
     "search.steps",
     "search.searcher",

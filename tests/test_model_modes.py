@@ -211,3 +211,35 @@ def test_all_steps_along_a_culprit_axis_on_the_model() -> None:
         named[all_steps] = [s.first_bad.config.get("commit") for s in engine.outcome.steps]
         assert all(s.verified and (s.confidence or 0) >= 0.99 for s in engine.outcome.steps)
     assert named == {False: ["30"], True: ["10", "30"]}
+
+
+def test_a_level_gap_names_its_step_only_after_a_pair_that_shows_it() -> None:
+    # --all-steps, 19 -> 23 -> 29 ms: the lower step is at 40. The first back-to-back launch of
+    # its last good (39) runs in a busy period (2x), so that pair reads 38 -> 23: no step. The
+    # gap's search runs the loop of the crossing-first search, so the step is paired again
+    # and named verified only with a pair that shows it (a gap's search once named its
+    # bracket verified after one pair, whatever the pair read).
+    path = [Configuration.of({"commit": str(i)}) for i in range(129)]
+    engine = ModelEngine(path, Policy(all_steps=True))
+    rng = random.Random(5)
+    busy_once = [True]
+    pairs_of_39: list[tuple[float, float]] = []
+    while batch := engine.next_batch():
+        values = []
+        for r in batch:
+            level = 19.0 if r.position < 40 else 23.0 if r.position < 90 else 29.0
+            value = level * rng.gauss(1, 0.02)
+            if r.position == 39 and r.purpose.value == "verify" and busy_once[0]:
+                busy_once[0] = False
+                value *= 2.0
+            values.append(value)
+        if [r.position for r in batch] == [39, 40] and batch[0].purpose.value == "verify":
+            pairs_of_39.append((values[0], values[1]))
+        engine.feed([LaunchResult(v) for v in values])
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.FOUND, outcome
+    steps = {c.first_bad.position: c for c in outcome.steps}
+    assert sorted(steps) == [40, 90], sorted(steps)
+    assert steps[40].verified
+    assert pairs_of_39 and pairs_of_39[0][0] > pairs_of_39[0][1], pairs_of_39  # no step shown
+    assert any(bad > 1.1 * good for good, bad in pairs_of_39[1:]), pairs_of_39

@@ -22,7 +22,6 @@ of the growing path, so the session driver stores, replays and reports it like a
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Generator, Sequence
 
 import numpy as np
@@ -37,6 +36,7 @@ from perfbisect.bisect.axis_sets import (
     summary,
 )
 from perfbisect.bisect.engine_state import EngineState, _Batch, _Search
+from perfbisect.bisect.search.pairs import Pairs
 from perfbisect.bisect.search.planner import plan
 from perfbisect.bisect.search.segment import (
     Answer,
@@ -76,7 +76,7 @@ class ModelMultiAxis(EngineState):
         self.attribution: list[AttributionRow] = []
         self.culprit_sets: list[tuple[str, ...]] = []
         self._positions = {good.fingerprint: 0, bad.fingerprint: 1}
-        self._pairs: Counter[tuple[int, int]] = Counter()
+        self._pairs = Pairs()  # the brackets launched back to back, by every search here
         super().__init__([good, bad], policy, threshold)
 
     # --- what the report asks of every engine -------------------------------------------

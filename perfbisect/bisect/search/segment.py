@@ -16,8 +16,7 @@ launches.
 from __future__ import annotations
 
 import math
-from collections import Counter
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,8 +24,9 @@ from numpy.typing import NDArray
 
 from perfbisect.bisect.engine_state import EngineState, _Batch
 from perfbisect.bisect.search.model import Belief, believe, point_level
+from perfbisect.bisect.search.pairs import MORE_PAIRS, PAIR_FROM, PAIRS_QUIET, PAIRS_SHARED, Pairs
 from perfbisect.bisect.search.planner import plan
-from perfbisect.bisect.search.stop import launches_to_target, likeliest, named
+from perfbisect.bisect.search.stop import Named, launches_to_target, likeliest, named
 from perfbisect.bisect.stats import (
     Verdict,
     classify,
@@ -38,7 +38,7 @@ from perfbisect.bisect.stats import (
 from perfbisect.bisect.values import Culprit, LaunchResult, Purpose
 
 SURE = 0.9  # a point's verdict: its side at this posterior (as the crossing-first search reads)
-_BUDGET = 12  # launches per halving of a segment (the crossing-first search's)
+_BUDGET = 12  # launches per halving
 _CONFIRM_PAIRS = 3  # interleaved pairs that confirm two levels differ, at most
 
 _Gen = Generator[_Batch, list[LaunchResult], "Answer"]
@@ -54,19 +54,22 @@ def side_verdict(
 
 @dataclass(frozen=True)
 class Answer:
-    """What a segment's search found: ``lo`` the last position below, ``hi`` the first past
-    (engine positions); ``named``: at the target with its two sides launched back to back,
-    else the likeliest range when the search stopped (``why``)."""
+    """What a search found: ``lo`` the last position below, ``hi`` the first past (engine
+    positions); ``named``: one configuration at the target (``verified``: with its pairs
+    back to back showing the step; not when a side failed past its retries, the state's
+    ``verify_notes`` say why), else the likeliest range when the search stopped (``why``)."""
 
     lo: int
     hi: int
     probability: float
     named: bool
     why: str = ""
+    verified: bool = False
 
 
 def budget(state: EngineState, points: int) -> int:
-    """A segment's launch budget: as the crossing-first search's, by its length."""
+    """A search's launch budget, by its length: 12 launches per halving (3 per halving, x4:
+    the rule engine's), x the policy's launches per point."""
     return _BUDGET * state.policy.min_launches * (math.ceil(math.log2(max(2, points - 1))) + 3)
 
 
@@ -83,14 +86,29 @@ def _threshold(state: EngineState, threshold: float | None) -> float | None:
     return threshold
 
 
-def belief(state: EngineState, order: Sequence[int], threshold: float | None) -> Belief:
+def belief(
+    state: EngineState,
+    order: Sequence[int],
+    threshold: float | None,
+    prior: Sequence[float] | None = None,
+    per_launch: bool = False,
+) -> Belief:
     """The posterior over ``order`` (read as a path 0..m) from its positions' launches, in the
-    order they ran. ``threshold``: in the metric's unit; None: derived from the ends' levels."""
+    order they ran (set aside or not: the posterior weighs each itself). ``threshold``: in
+    the metric's unit; None: derived from the ends' levels. ``prior``: each index's weight of
+    being the crossing; ``per_launch``: with each launch's probability of having run slow."""
     index = {p: i for i, p in enumerate(order)}
-    at = sorted((i, index[p]) for p, seqs in state.seq.items() if p in index for i in seqs)
+    at = sorted(
+        (i, index[p])
+        for seqs in (state.seq, state.set_aside_seq)
+        for p, indices in seqs.items()
+        if p in index
+        for i in indices
+    )
     times = _times(state)
     launches = [(j, times[i]) for i, j in at]
-    return believe(launches, len(order) - 1, _threshold(state, threshold), state.rel_sd())
+    t = _threshold(state, threshold)
+    return believe(launches, len(order) - 1, t, state.rel_sd(), prior, per_launch)
 
 
 def costs(state: EngineState, order: Sequence[int]) -> NDArray[np.float64]:
@@ -110,32 +128,69 @@ def search(
     state: EngineState,
     order: Sequence[int],
     threshold: float | None,
-    pairs: Counter[tuple[int, int]],
+    pairs: Pairs,
     verdicts: tuple[Verdict, Verdict] = (Verdict.GOOD, Verdict.BAD),
+    prior: Sequence[float] | None = None,
+    read: Callable[[Belief], None] | None = None,
 ) -> _Gen:
-    """The crossing of ``order`` by the posterior (its ends measured and apart). ``pairs``:
-    brackets already launched back to back (shared with the rest of the session).
-    ``verdicts``: what a point read below and past is (in a level gap, one side is the level
-    between the session's two: INTERMEDIATE)."""
+    """The crossing of ``order`` by the posterior (its ends measured and apart): the one loop
+    of every search of the model. After each launch: the posterior; the bracket it names at
+    the target once its pairs show the step (launched back to back first: one pair, two on a
+    shared machine, up to ``MORE_PAIRS`` more for pairs that do not show it, then said, not
+    named); else what the planner says tells most per launch, until the budget is spent.
+    ``pairs``: the session's brackets launched back to back. ``verdicts``: what a point read
+    below and past is (in a level gap, one side is the level between the session's two:
+    INTERMEDIATE). ``prior``: each index's weight of being the crossing. ``read``: what the
+    caller takes from each posterior (default: the segment's inner points' verdicts)."""
     policy = state.policy
     target = policy.confidence
     start, limit = state.launch_count, budget(state, len(order))
     while True:
-        b = belief(state, order, threshold)
-        _read(state, order, b, verdicts)
+        b = belief(state, order, threshold, prior)
+        if read is not None:
+            read(b)
+        else:
+            _read(state, order, b, verdicts)
         unlaunchable = {
             i for i, p in enumerate(order) if p in state.skip_reason or p in state.gave_up
         }
-        found = named(b, target, unlaunchable)
+        need = PAIRS_SHARED if b.shared >= 0.5 else PAIRS_QUIET
+        step = b.threshold - b.below  # what a pair's bad side must read above its good side
+
+        def shown(f: Named, step: float = step) -> int:
+            return pairs.showing(state, order[f.lo], order[f.hi], step)
+
+        # One configuration likelier than not the crossing: its pairs are due before it can
+        # be named anyway, and a pair is as informative now as a single launch of either side
+        # (the planner's usual pick there), so they come first.
+        found = named(b, PAIR_FROM, unlaunchable)
+        if found is None or not found.one or shown(found) >= need:
+            found = named(b, target, unlaunchable)
         if found is not None:
-            lo, hi = order[found.lo], order[found.hi]
-            if (lo, hi) not in pairs:
-                # Its two sides back to back first: a busy period slows both alike.
-                pairs[(lo, hi)] += 1
-                yield state._request([lo, hi], Purpose.VERIFY)
+            lo, hi, probability = order[found.lo], order[found.hi], found.probability
+            showing, failed = shown(found), bool({lo, hi} & state.gave_up)
+            if showing < need and not failed and pairs.tried[(lo, hi)] < need + MORE_PAIRS:
+                # Its two sides back to back (the pairs enter the posterior, which must still
+                # name it after them): a busy period slows both alike.
+                yield from pairs.launch(state, lo, hi)
                 continue
-            why = "" if found.one else f"positions {lo + 1}..{hi - 1} cannot be launched"
-            return Answer(lo, hi, found.probability, found.one, why)
+            if probability >= target:
+                head = f"the crossing is in ({lo}, {hi}] with probability {posterior_percent(probability)}"
+                if not found.one:
+                    return Answer(lo, hi, probability, False, f"{head}; positions {lo + 1}..{hi - 1} cannot be launched")
+                if showing < need and not failed:
+                    # Its pairs keep disagreeing with its step: not the launches' to claim.
+                    return Answer(
+                        lo,
+                        hi,
+                        probability,
+                        False,
+                        f"{head}, but only {showing} of its {len(pairs.seqs.get((lo, hi), []))} "
+                        "back-to-back pairs show the step: the machine's load may have made it; "
+                        "run again on a quieter machine",
+                    )
+                # (a side failed past its retries: named on the launches it had, not verified)
+                return Answer(lo, hi, probability, True, verified=showing >= need)
         ok = np.asarray(
             [
                 i not in unlaunchable and len(state.launches.get(p, [])) < 3 * policy.max_launches
@@ -144,21 +199,23 @@ def search(
         )
         if state.launch_count - start > limit or not ok.any():
             best = likeliest(b)
+            lo, hi = order[best.lo], order[best.hi]
             why = f"the launch budget ({limit}) is spent" if ok.any() else "nothing left to launch"
             return Answer(
-                order[best.lo],
-                order[best.hi],
+                lo,
+                hi,
                 best.probability,
                 False,
-                f"{why}: the step is between positions {order[best.lo]} and {order[best.hi]} "
-                f"with probability {posterior_percent(best.probability)}; reaching {target:.0%} would take "
+                f"{why}: the crossing is in ({lo}, {hi}] with probability "
+                f"{posterior_percent(best.probability)}; reaching {target:.0%} would take "
                 f"about {launches_to_target(b, target)} more launches",
             )
         picked = plan(b, ok, policy.slots, costs(state, order))
         positions = [order[i] for i in picked.positions]
         if picked.pair:
-            pairs[(positions[0], positions[1])] += 1
-        yield state._request(positions, Purpose.VERIFY if picked.pair else Purpose.SEARCH)
+            yield from pairs.launch(state, positions[0], positions[1])
+        else:
+            yield state._request(positions, Purpose.SEARCH)
 
 
 def _read(
@@ -213,7 +270,7 @@ def level_gap(
     state: EngineState,
     lo: int,
     hi: int,
-    pairs: Counter[tuple[int, int]] | None = None,
+    pairs: Pairs | None = None,
     probe: bool = False,
 ) -> Generator[_Batch, list[LaunchResult], bool]:
     """Do ``lo`` and ``hi`` sit at two levels (``hi`` the worse by the minimum effect)? A gap
@@ -230,9 +287,10 @@ def level_gap(
             state, lo, hi, strict=True
         ):
             return True
-        yield state._request([lo, hi], Purpose.VERIFY)
         if pairs is not None:
-            pairs[(lo, hi)] += 1
+            yield from pairs.launch(state, lo, hi)
+        else:
+            yield state._request([lo, hi], Purpose.VERIFY)
         if {lo, hi} & (state.skip_reason.keys() | state.gave_up):
             return False
         if not apart(state, lo, hi, strict=False, probe=True):
@@ -247,12 +305,12 @@ def culprit(state: EngineState, answer: Answer) -> Culprit:
         effect = difference(state._core(a), state._core(b), state.rel_sd(), state.policy.noise.z)
     else:
         effect = difference([1.0], [1.0], 0.0, 0.0)
-    note = None if answer.named else answer.why
+    note = state.verify_notes.get((answer.lo, answer.hi)) if answer.named else answer.why
     return Culprit(
         state.point(answer.lo),
         state.point(answer.hi),
         effect,
-        answer.named,
+        answer.verified,
         note,
         answer.probability,
     )

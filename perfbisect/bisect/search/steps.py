@@ -13,17 +13,17 @@ two are INTERMEDIATE.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Generator, Sequence
 
 from perfbisect.bisect.engine_state import _MAX_STEPS, EngineState, _Batch
+from perfbisect.bisect.search.pairs import Pairs
 from perfbisect.bisect.search.segment import big_enough, culprit, level_gap, search
 from perfbisect.bisect.stats import Verdict, posterior_percent
 from perfbisect.bisect.values import Culprit, LaunchResult, Status
 
 
 def every_step(
-    engine: EngineState, pairs: Counter[tuple[int, int]]
+    engine: EngineState, pairs: Pairs
 ) -> Generator[_Batch, list[LaunchResult], None]:
     """Search the level gaps beside the named crossing (``engine.outcome``'s culprit) and
     finish with every step. ``pairs``: brackets already launched back to back."""
@@ -41,7 +41,7 @@ def every_step(
 
 
 def gap_steps(
-    engine: EngineState, order: Sequence[int], crossing: Culprit, pairs: Counter[tuple[int, int]]
+    engine: EngineState, order: Sequence[int], crossing: Culprit, pairs: Pairs
 ) -> Generator[_Batch, list[LaunchResult], tuple[list[Culprit], list[tuple[int, int]]]]:
     """Every step of ``order`` (engine positions, the better level first): ``crossing`` and
     the steps of the level gaps beside it, in ``order``'s order; and the ranges left open."""
