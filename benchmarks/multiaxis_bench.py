@@ -5,8 +5,11 @@ outlier launches 1.5-2x). Scenarios: one bad patch among 8; two patches that reg
 together; a regression in one NCCL version among 6 (an ordered axis); a launch-method-only
 regression; commit x launch interaction; two stacked regressions on two axes. A search is
 correct when it names exactly the culprit axes and, on each, the true first bad value.
+``--load``: the same scenarios on a machine whose load comes and goes (search_bench.py's
+scenario: after about one launch in twenty, 5-20 launches in a row run 1.5-3x slower), with the
+wrong names and those claimed at >= 99%.
 
-    python benchmarks/multiaxis_bench.py [--trials 200] [--markdown]
+    python benchmarks/multiaxis_bench.py [--trials 200] [--markdown] [--load]
 """
 
 from __future__ import annotations
@@ -153,21 +156,58 @@ def launch(
     return (cycles[19] + cycles[20]) / 2
 
 
+@dataclass
+class Machine:
+    """The machine's load over the launch order: quiet (``busy_p`` 0), or busy periods of
+    5-20 launches 1.5-3x slower, one slow-down per period, starting after about one launch in
+    twenty (search_bench.py's ``load_comes_and_goes``)."""
+
+    rng: random.Random
+    busy_p: float = 0.0
+    left: int = 0
+    factor: float = 1.0
+
+    def slowdown(self) -> float:
+        if self.busy_p and self.left == 0 and self.rng.random() < self.busy_p:
+            self.left = self.rng.randint(5, 20)
+            self.factor = self.rng.uniform(1.5, 3.0)
+        if self.left == 0:
+            return 1.0
+        self.left -= 1
+        return self.factor
+
+
+@dataclass(frozen=True)
+class Run:
+    correct: bool
+    evaluations: int
+    launches: int
+    attribution_evals: int
+    wrong: bool = False  # named a culprit, not the right one
+    confidence: float | None = None  # the confidence it claimed (the model's)
+
+
 def _order(value: str) -> int:
     return PATCHES.index(value) if value in PATCHES else -1
 
 
-def run(s: Scenario, rng: random.Random, engine_kind: str = "rules") -> tuple[bool, int, int, int]:
+def run(s: Scenario, rng: random.Random, engine_kind: str = "rules", busy_p: float = 0.0) -> Run:
     good, bad = Configuration.of(s.good), Configuration.of(s.bad)
     kind = ModelMultiAxis if engine_kind == "model" else MultiAxisEngine
     engine = kind(good, bad, s.plans, Policy(all_steps=s.all_steps))
+    machine = Machine(rng, busy_p)
     while batch := engine.next_batch():
-        engine.feed([LaunchResult(launch(s.level(r.config.as_dict()), rng)) for r in batch])
+        engine.feed(
+            [
+                LaunchResult(launch(s.level(r.config.as_dict()) * machine.slowdown(), rng))
+                for r in batch
+            ]
+        )
     outcome = engine.outcome
     assert outcome is not None
     attribution_evals = len({row.position for row in engine.attribution}) + 2
     if outcome.status is not Status.FOUND:
-        return False, len(engine.verdicts), outcome.launches, attribution_evals
+        return Run(False, len(engine.verdicts), outcome.launches, attribution_evals)
     found: dict[str, list[str]] = {}
     for step in outcome.steps:
         axis = step.last_good.config.differing_axes(step.first_bad.config)[0]
@@ -177,7 +217,9 @@ def run(s: Scenario, rng: random.Random, engine_kind: str = "rules") -> tuple[bo
             value = "+".join(members) if len(members) > 1 else (members[-1] if members else "")
         found.setdefault(axis, []).append(value)
     named = {axis: ",".join(sorted(v, key=_order)) for axis, v in found.items()}
-    return named == s.truth, len(engine.verdicts), outcome.launches, attribution_evals
+    right = named == s.truth
+    claimed = outcome.culprit.confidence if outcome.culprit is not None else None
+    return Run(right, len(engine.verdicts), outcome.launches, attribution_evals, not right, claimed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,17 +232,23 @@ def main(argv: list[str] | None = None) -> int:
         default="rules",
         help="rules, model, or both side by side (rules,model): the same worlds for each",
     )
+    parser.add_argument(
+        "--load",
+        action="store_true",
+        help="on a machine whose load comes and goes (busy periods 1.5-3x, 5-20 launches)",
+    )
     args = parser.parse_args(argv)
+    busy_p = 0.05 if args.load else 0.0
     engines = args.engine.split(",")
     started = time.perf_counter()
-    results: dict[tuple[str, str], list[tuple[bool, int, int, int]]] = {}
+    results: dict[tuple[str, str], list[Run]] = {}
     k_of: dict[str, int] = {}
     for trial in range(args.trials):
         for kind in engines:
             # one stream per trial and engine: every engine meets the same culprits
             rng = random.Random(args.seed * 1_000_003 + trial)
             for s in scenarios(rng):
-                results.setdefault((s.name, kind), []).append(run(s, rng, kind))
+                results.setdefault((s.name, kind), []).append(run(s, rng, kind, busy_p))
                 k_of[s.name] = len(s.plans)
     rows = []
     for (name, kind), rs in sorted(results.items(), key=lambda kv: list(k_of).index(kv[0][0])):
@@ -210,30 +258,37 @@ def main(argv: list[str] | None = None) -> int:
                 name,
                 kind,
                 k,
-                sum(r[0] for r in rs) / len(rs),
-                statistics.fmean(r[3] for r in rs),
+                sum(r.correct for r in rs) / len(rs),
+                statistics.fmean(r.attribution_evals for r in rs),
                 2 * k + 2,
-                statistics.fmean(r[1] for r in rs),
-                statistics.fmean(r[2] for r in rs),
+                statistics.fmean(r.evaluations for r in rs),
+                statistics.fmean(r.launches for r in rs),
+                sum(r.wrong for r in rs),
+                sum(r.wrong and (r.confidence or 0.0) >= 0.99 for r in rs),
             )
         )
     header = (
-        "| scenario | engine | k | accuracy | attribution evals | 2k+2 | evaluations | launches |"
+        "| scenario | engine | k | accuracy | attribution evals | 2k+2 | evaluations | launches "
+        "| named wrong | wrong at >= 99% |"
     )
     if args.markdown:
-        print(f"{args.trials} trials per scenario, seed {args.seed}; commit axis: 256 commits\n")
+        machine = "a machine whose load comes and goes" if args.load else "a quiet machine"
+        print(
+            f"{args.trials} trials per scenario, seed {args.seed}; commit axis: 256 commits; "
+            f"{machine}\n"
+        )
         print(header)
-        print("|---|---|---|---|---|---|---|---|")
-    for name, kind, k, acc, attr, bound, ev, la in rows:
+        print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, kind, k, acc, attr, bound, ev, la, wrong, sure in rows:
         if args.markdown:
             print(
                 f"| {name} | {kind} | {k} | {acc:.1%} | {attr:.2f} | {bound} | {ev:.2f} "
-                f"| {la:.2f} |"
+                f"| {la:.2f} | {wrong} | {sure} |"
             )
         else:
             print(
                 f"{name[:52]:52s} {kind:5s} k={k} acc {acc:6.1%} attribution {attr:5.2f} "
-                f"(<= {bound}) evals {ev:6.2f} launches {la:6.2f}"
+                f"(<= {bound}) evals {ev:6.2f} launches {la:6.2f} wrong {wrong} (>= 99%: {sure})"
             )
     print(f"\n({time.perf_counter() - started:.1f} s)", file=sys.stderr)
     _ = math
