@@ -19,7 +19,8 @@ to the quiet machine with how searches ended and a calibration table (the confid
 the configuration named against how often it was the right one).
 
     python benchmarks/search_bench.py [--trials 200] [--n 1024] [--markdown] [--only TEXT]
-    python benchmarks/search_bench.py --load [--trials 300] [--seed 1] [--strategy model]
+    python benchmarks/search_bench.py --load [--trials 300] [--seed 1 | --seeds 1,2,3]
+                                      [--strategy model] [--confidence 0.99]
     python benchmarks/search_bench.py --prior [--trials 200]
     python benchmarks/search_bench.py --cost [--trials 200]
 
@@ -591,18 +592,43 @@ LOAD_SCENARIOS = (
         load_comes_and_goes_per_launch,
     ),
 )
-# Claimed confidence bins of the calibration table: [lo, hi) (the last one holds 1.0).
-CONFIDENCE_BINS = ((0.0, 0.5), (0.5, 0.9), (0.9, 0.99), (0.99, 1.01))
+# Claimed confidence bins of the calibration table: [lo, hi) (the last one holds 1.0). Above
+# 99% in decades, since a claim of 99.0% and one of 99.99% promise ten times apart.
+CONFIDENCE_BINS = (
+    (0.0, 0.5),
+    (0.5, 0.9),
+    (0.9, 0.99),
+    (0.99, 0.999),
+    (0.999, 0.9999),
+    (0.9999, 1.01),
+)
+
+
+def _percent(p: float) -> str:
+    """A bin edge with as many decimals as it needs (99%, 99.9%, 99.99%)."""
+    return f"{100 * p:.2f}".rstrip("0").rstrip(".") + "%" if p < 1 else "100%"
 
 
 LOAD_ENGINES = (("rules", False), ("model", True))
 
 
-def load_table(trials: int, n: int, seed: int, only: str = "", engine: str = "") -> None:
+def load_table(
+    trials: int,
+    n: int,
+    seeds: list[int],
+    only: str = "",
+    engine: str = "",
+    confidence: float = Policy().confidence,
+) -> None:
     """The shared machine whose load comes and goes next to the quiet one: how searches end,
     launches, and a calibration table (the confidence claimed for a named configuration
-    against how often it was the right one)."""
-    print(f"N = {n} commits, {trials} trials per row, seed {seed}, perfbisect's default policy\n")
+    against how often it was the right one). Several ``seeds`` are pooled into one table;
+    ``confidence`` is the model's target (``--confidence``; the rules claim none)."""
+    shown_seeds = ", ".join(map(str, seeds))
+    print(
+        f"N = {n} commits, {trials} trials per row and seed, seed(s) {shown_seeds}, "
+        f"perfbisect's default policy, the model's --confidence {confidence}\n"
+    )
     print(
         "| scenario | engine | named right | named wrong | not reproduced | ambiguous | launches mean "
         "| launches max | wrong named at >= 99% |"
@@ -613,10 +639,12 @@ def load_table(trials: int, n: int, seed: int, only: str = "", engine: str = "")
         if only not in scenario or engine not in name:
             continue
         results = []
-        for trial in range(trials):
+        for seed, trial in itertools.product(seeds, range(trials)):
             rng = random.Random(seed * 1_000_003 + trial)
             world = make(n, rng, 0.04, 0.03, False)
-            results.append(run_perfbisect(world, n, Policy(), model=model))
+            policy = Policy(confidence=confidence)
+            results.append(run_perfbisect(world, n, policy, model=model))
+        runs = len(results)
         found = [r for r in results if r.status is Status.FOUND]
         right = sum(r.correct for r in found)
         wrong = [r for r in found if not r.correct]
@@ -625,8 +653,8 @@ def load_table(trials: int, n: int, seed: int, only: str = "", engine: str = "")
         ambiguous = sum(r.status is Status.AMBIGUOUS for r in results)
         launches = [r.launches for r in results]
         print(
-            f"| {scenario} | {name} | {right / trials:.1%} | {len(wrong) / trials:.1%} "
-            f"| {not_rep / trials:.1%} | {ambiguous / trials:.1%} "
+            f"| {scenario} | {name} | {right / runs:.1%} | {len(wrong) / runs:.1%} "
+            f"| {not_rep / runs:.1%} | {ambiguous / runs:.1%} "
             f"| {statistics.fmean(launches):.2f} | {max(launches)} | {sure_wrong} |"
         )
         tables.append((f"{scenario}, {name}", found))
@@ -636,7 +664,7 @@ def load_table(trials: int, n: int, seed: int, only: str = "", engine: str = "")
         print("|---|---|---|---|")
         for lo, hi in CONFIDENCE_BINS:
             cell = [r for r in found if r.confidence is not None and lo <= r.confidence < hi]
-            shown = f"[{lo:.0%}, {min(hi, 1.0):.0%}{']' if hi > 1 else ')'}"
+            shown = f"[{_percent(lo)}, {_percent(hi)}{']' if hi > 1 else ')'}"
             observed = f"{sum(r.correct for r in cell) / len(cell):.1%}" if cell else "-"
             print(f"| {shown} | {len(cell)} | {sum(r.correct for r in cell)} | {observed} |")
         none = [r for r in found if r.confidence is None]
@@ -649,6 +677,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--n", type=int, default=1024, help="commits between good and bad")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--seeds",
+        default="",
+        help="with --load: several seeds (comma-separated) pooled into one table",
+    )
+    parser.add_argument(
+        "--confidence",
+        type=float,
+        default=Policy().confidence,
+        help="with --load: the model's --confidence (the target its stop rule holds a margin to)",
+    )
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--only", default="", help="scenarios whose name contains this")
     parser.add_argument("--perfbisect-only", action="store_true", help="skip the baselines")
@@ -687,7 +726,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n({time.perf_counter() - started:.1f} s)", file=sys.stderr)
         return 0
     if args.load:
-        load_table(args.trials, args.n, args.seed, args.only, args.strategy)
+        seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [args.seed]
+        load_table(args.trials, args.n, seeds, args.only, args.strategy, args.confidence)
         print(f"\n({time.perf_counter() - started:.1f} s)", file=sys.stderr)
         return 0
     if args.rounds:

@@ -239,16 +239,38 @@ def test_a_pair_verifies_only_when_it_shows_the_step(scenario: str, seed: int) -
     assert result.confidence is not None and result.confidence >= 0.99
 
 
-def test_a_bracket_whose_pairs_keep_disagreeing_is_said_not_named() -> None:
-    # Another such world: two more pairs than needed and still too few show the step; the
-    # search says where the posterior puts the crossing and why it does not name it.
-    bench = _bench()
-    world = bench.load_comes_and_goes(1024, random.Random(2_000_013), 0.04, 0.03, False)
-    engine = ModelEngine(_path(1024), Policy())
-    _run(engine, lambda p: LaunchResult(world.launch(p)))
+@pytest.mark.parametrize(("culprit", "busy"), [(20, 40.0), (77, 60.0)])
+def test_a_bracket_whose_pairs_keep_disagreeing_is_said_not_named(
+    culprit: int, busy: float
+) -> None:
+    # Every back-to-back launch runs in a busy period that reads both sides alike (40 or 60 ms
+    # against 18 -> 29): no pair shows the step the search launches show. After two more pairs
+    # than needed the search says where the posterior puts the crossing and why it does not
+    # name it.
+    rng = random.Random(3)
+
+    def launch(position: int, purpose: Purpose) -> LaunchResult:
+        level = busy if purpose is Purpose.VERIFY else 18.0 if position < culprit else 29.0
+        return LaunchResult(level * rng.gauss(1, 0.02))
+
+    engine = ModelEngine(_path(128), Policy())
+    while batch := engine.next_batch():
+        engine.feed([launch(r.position, r.purpose) for r in batch])
     outcome = engine.outcome
     assert outcome is not None and outcome.status is Status.AMBIGUOUS, outcome
     assert outcome.culprit is None and "back-to-back pairs show the step" in outcome.message
+    assert f"({culprit - 1}, {culprit}]" in outcome.message, outcome.message
+
+
+def test_a_world_whose_pairs_disagreed_at_99_is_named_at_the_stop_rules_margin() -> None:
+    # A seeded busy world (culprit 467) whose pairs kept disagreeing when the stop rule named at
+    # 99%: it ended ambiguous. The stop rule asks the posterior for 99.9% now (stop.py's
+    # margin), and the launches that takes name the culprit.
+    bench = _bench()
+    world = bench.load_comes_and_goes(1024, random.Random(2_000_013), 0.04, 0.03, False)
+    result = bench.run_perfbisect(world, 1024, Policy(), model=True)
+    assert result.status is Status.FOUND and result.correct, (result.named, world.culprit)
+    assert result.confidence is not None and result.confidence >= 0.999
 
 
 def test_on_a_shared_machine_the_named_bracket_runs_back_to_back_twice() -> None:

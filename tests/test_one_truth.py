@@ -146,7 +146,10 @@ def test_launches_the_posterior_holds_slow_are_said_per_launch_in_every_view(
         level = 10.0 if p["position"] < 10 else 20.0
         for u in p["launches"]:
             if not u["kept"]:
-                assert u["why"] == "slow by the posterior: a busy period of the machine or a lone outlier"
+                assert (
+                    u["why"]
+                    == "slow by the posterior: a busy period of the machine or a lone outlier"
+                )
                 assert u["value"] > 1.5 * level, (p["position"], u)
                 assert log[u["id"]]["kept"] is False and log[u["id"]]["set_aside"] == u["why"]
             else:

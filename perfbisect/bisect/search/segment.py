@@ -26,7 +26,7 @@ from perfbisect.bisect.engine_state import EngineState, _Batch
 from perfbisect.bisect.search.model import Belief, believe, point_level
 from perfbisect.bisect.search.pairs import MORE_PAIRS, PAIR_FROM, PAIRS_QUIET, PAIRS_SHARED, Pairs
 from perfbisect.bisect.search.planner import plan
-from perfbisect.bisect.search.stop import Named, launches_to_target, likeliest, named
+from perfbisect.bisect.search.stop import Named, launches_to_target, likeliest, named, stop_at
 from perfbisect.bisect.stats import (
     Verdict,
     classify,
@@ -143,7 +143,7 @@ def search(
     INTERMEDIATE). ``prior``: each index's weight of being the crossing. ``read``: what the
     caller takes from each posterior (default: the segment's inner points' verdicts)."""
     policy = state.policy
-    target = policy.confidence
+    target = stop_at(policy.confidence)  # the target with the stop rule's margin
     start, limit = state.launch_count, budget(state, len(order))
     while True:
         b = belief(state, order, threshold, prior)
@@ -155,7 +155,11 @@ def search(
             i for i, p in enumerate(order) if p in state.skip_reason or p in state.gave_up
         }
         need = PAIRS_SHARED if b.shared >= 0.5 else PAIRS_QUIET
-        step = b.threshold - b.below  # what a pair's bad side must read above its good side
+        # What a pair's bad side must read above its good side: the threshold's distance from
+        # the level below, and never less than half the smallest regression looked for (an
+        # axis's ends judged apart by other questions can read inverted here, and a step of
+        # zero or less was shown by any pair).
+        step = max(b.threshold - b.below, math.log(1 + policy.min_effect) / 2)
 
         def shown(f: Named, step: float = step) -> int:
             return pairs.showing(state, order[f.lo], order[f.hi], step)
@@ -207,8 +211,8 @@ def search(
                 best.probability,
                 False,
                 f"{why}: the crossing is in ({lo}, {hi}] with probability "
-                f"{posterior_percent(best.probability)}; reaching {target:.0%} would take "
-                f"about {launches_to_target(b, target)} more launches",
+                f"{posterior_percent(best.probability)}; reaching {policy.confidence:.0%} would "
+                f"take about {launches_to_target(b, target)} more launches",
             )
         picked = plan(b, ok, policy.slots, costs(state, order))
         positions = [order[i] for i in picked.positions]
