@@ -635,6 +635,7 @@ def load_table(
     )
     print("|---|---|---|---|---|---|---|---|---|")
     tables = []
+    policy = Policy(confidence=confidence)
     for (scenario, make), (name, model) in itertools.product(LOAD_SCENARIOS, LOAD_ENGINES):
         if only not in scenario or engine not in name:
             continue
@@ -642,7 +643,6 @@ def load_table(
         for seed, trial in itertools.product(seeds, range(trials)):
             rng = random.Random(seed * 1_000_003 + trial)
             world = make(n, rng, 0.04, 0.03, False)
-            policy = Policy(confidence=confidence)
             results.append(run_perfbisect(world, n, policy, model=model))
         runs = len(results)
         found = [r for r in results if r.status is Status.FOUND]

@@ -342,3 +342,26 @@ def test_a_given_threshold_starts_with_one_launch_of_each_end() -> None:
     assert [p for p, purpose in order if purpose is Purpose.ENDPOINT] == [200, 0]
     assert [p for p, purpose in order if purpose is Purpose.VERIFY] == [76, 77]
     assert len(order) <= 2 + 8 + 2 + 1, order  # the ends, ~8 halvings, the pair, one spare
+
+
+def test_a_search_out_of_launches_says_the_target_and_what_the_stop_rule_asks() -> None:
+    # A machine where a quarter of the launches or more run about twice as slow: the search
+    # spends its budget and says where the posterior puts the crossing, the user's target and
+    # the posterior the stop rule asks (its margin), and what reaching it would cost.
+    rng = random.Random(1)
+    engine = ModelEngine(_path(64), Policy())
+    while batch := engine.next_batch():
+        engine.feed(
+            [
+                LaunchResult(
+                    (18.0 if r.position < 30 else 29.0)
+                    * rng.choice([1, 1, 1.9, 2.2])  # this launch's slow-down
+                    * rng.gauss(1, 0.05)
+                )
+                for r in batch
+            ]
+        )
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.AMBIGUOUS, outcome
+    assert "the launch budget" in outcome.message, outcome.message
+    assert "reaching 99% (the stop rule asks 99.9%) would take about" in outcome.message

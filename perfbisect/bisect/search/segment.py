@@ -35,7 +35,7 @@ from perfbisect.bisect.stats import (
     median,
     posterior_percent,
 )
-from perfbisect.bisect.values import Culprit, LaunchResult, Purpose
+from perfbisect.bisect.values import Culprit, LaunchResult, Policy, Purpose
 
 SURE = 0.9  # a point's verdict: its side at this posterior (as the crossing-first search reads)
 _BUDGET = 12  # launches per halving
@@ -159,7 +159,7 @@ def search(
         # the level below, and never less than half the smallest regression looked for (an
         # axis's ends judged apart by other questions can read inverted here, and a step of
         # zero or less was shown by any pair).
-        step = max(b.threshold - b.below, math.log(1 + policy.min_effect) / 2)
+        step = max(b.threshold - b.below, min_step(policy) / 2)
 
         def shown(f: Named, step: float = step) -> int:
             return pairs.showing(state, order[f.lo], order[f.hi], step)
@@ -211,8 +211,9 @@ def search(
                 best.probability,
                 False,
                 f"{why}: the crossing is in ({lo}, {hi}] with probability "
-                f"{posterior_percent(best.probability)}; reaching {policy.confidence:.0%} would "
-                f"take about {launches_to_target(b, target)} more launches",
+                f"{posterior_percent(best.probability)}; reaching {100 * policy.confidence:g}% "
+                f"(the stop rule asks {100 * target:g}%) would take about "
+                f"{launches_to_target(b, target)} more launches",
             )
         picked = plan(b, ok, policy.slots, costs(state, order))
         positions = [order[i] for i in picked.positions]
@@ -254,6 +255,17 @@ def core_level(state: EngineState, position: int) -> float:
     return math.log(median(times))
 
 
+def min_step(policy: Policy) -> float:
+    """The smallest regression the session looks for (``min_effect``), in log time."""
+    return math.log(1 + policy.min_effect)
+
+
+def _level_noise(state: EngineState, lo: int, hi: int) -> float:
+    """How far two levels read from their launches may differ by noise alone (log time)."""
+    n_lo, n_hi = len(state.launches[lo]), len(state.launches[hi])
+    return state.policy.noise.z * state.rel_sd() * math.sqrt(1 / n_lo + 1 / n_hi)
+
+
 def apart(state: EngineState, lo: int, hi: int, strict: bool, probe: bool = False) -> bool:
     """``hi``'s level is worse than ``lo``'s by the minimum effect and beyond the noise of
     both levels; ``strict``: the whole interval past the minimum effect; ``probe``: by the
@@ -262,11 +274,10 @@ def apart(state: EngineState, lo: int, hi: int, strict: bool, probe: bool = Fals
         return False
     # both readings of the two levels must show the gap
     gap = min(core_level(state, hi) - core_level(state, lo), level(state, hi) - level(state, lo))
-    floor = math.log(1 + state.policy.min_effect)
+    floor = min_step(state.policy)
     if probe:
         return gap >= floor
-    n_lo, n_hi = len(state.launches[lo]), len(state.launches[hi])
-    noise = state.policy.noise.z * state.rel_sd() * math.sqrt(1 / n_lo + 1 / n_hi)
+    noise = _level_noise(state, lo, hi)
     return gap - noise >= floor if strict else gap >= max(floor, noise)
 
 
@@ -337,9 +348,7 @@ def ends_apart(state: EngineState, lo: int, hi: int) -> bool:
     if state.fixed_threshold:
         assert state.threshold is not None
         return g < math.log(1 / state.threshold if hib else state.threshold) <= b
-    floor = math.log(1 + state.policy.min_effect)
-    n_lo, n_hi = len(state.launches[lo]), len(state.launches[hi])
-    noise = state.policy.noise.z * state.rel_sd() * math.sqrt(1 / n_lo + 1 / n_hi)
+    floor, noise = min_step(state.policy), _level_noise(state, lo, hi)
     if b - g >= max(floor, noise):
         return True
     at = {i: p for p in (lo, hi) for i in state.seq.get(p, [])}

@@ -15,11 +15,11 @@ _ODDS_PER_LAUNCH = 30.0
 
 
 # The stop rule asks the posterior for this many times the target's odds against. The model is
-# a model: measured on 3000 seeded worlds (search_bench.py's load table, seeds 1-5: a quiet
+# a model: measured on 3000 seeded worlds (search_bench.py --load --seeds 1,2,3,4,5: a quiet
 # machine, busy periods, busy launches each slowed by its own factor), names claimed at 99.0-
-# 99.9% were right in 97.2% (240 of 247), so a claim stopped at the target was not worth the
+# 99.9% were right in 97.2% (239 of 246), so a claim stopped at the target was not worth the
 # target. With the margin every claim is at >= 99.9%, wrong names at >= 99% fall from 11 to 4
-# of 3000, and the searches take 0.1-1.3 launches more on average.
+# of 3000, and the searches take 0.1-1.2 launches more on average.
 _MARGIN = 10.0
 
 
