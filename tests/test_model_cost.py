@@ -48,8 +48,11 @@ def test_the_planner_weighs_bits_per_cost() -> None:
     launchable = np.ones(65, dtype=bool)
     alike = plan(b, launchable, 1)
     assert alike.positions[0] not in (0, 30, 64)  # a new point, the most bits
-    # A new commit costing 40 times a launch again: the rule buys its bits elsewhere
-    cost = np.full(65, 40.0)
+    # A new commit costing 100 times a launch again (a build from source against a warm
+    # relaunch): the rule buys its bits elsewhere. (30 read past once, just now: were it below,
+    # a busy period made that launch and likely goes on, so its launch again is worth ~0.017
+    # bits, the new point's 0.86.)
+    cost = np.full(65, 100.0)
     for measured in (0, 30, 64):
         cost[measured] = 1.0
     dear = plan(b, launchable, 1, cost)

@@ -57,14 +57,19 @@ from perfbisect.bisect.search.machine import (
 
 OUTLIER = 0.03  # lone slow launches, whatever the machine's state
 # The endpoints' launches ran in busy periods, each end's slowed by one of these factors (log).
-# Priors: neither was (0.94); both alike, one period over the endpoint phase (0.02 each
-# factor); each end by its own factor, one of them perhaps not at all (an end launched again
-# later on a quiet machine reads its level from those launches; 0.002 each).
+# Priors: neither was (0.88); both alike, one period over the endpoint phase (0.02 each
+# factor); one end's and not the other's (0.019 each: an end launched again later on a quiet
+# machine reads its level from those launches, and the other end's may all have run in
+# periods: in seeded busy worlds the bad end's launches, each in a period, set a level twice
+# that of the points past the step, which then read as a plateau below the threshold; 0.002
+# named such worlds wrong at >= 99%); each end by a factor of its own (0.0004 each).
 SHIFTS = np.log(np.asarray([1.0, 1.5, 2.0, 2.5]))
 _END_SHIFTS = [(0, 0), (1, 1), (2, 2), (3, 3)] + [
     (i, k) for i in range(4) for k in range(4) if i != k
 ]
-_END_SHIFT_PRIOR = np.log(np.asarray([0.94, 0.02, 0.02, 0.02] + [0.002] * 12))
+_END_SHIFT_PRIOR = np.log(
+    np.asarray([0.88, 0.02, 0.02, 0.02] + [0.019 if 0 in ik else 0.0004 for ik in _END_SHIFTS[4:]])
+)
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,10 @@ class Belief:
     # Each launch's probability (in launch order) that it ran slow: in a busy period of the
     # machine or a lone outlier (``believe(..., per_launch=True)``; None otherwise).
     slow: NDArray[np.float64] | None = None
+    # The next launch's machine state given the crossing in each gap (row j - 1 for gap j):
+    # where a point's launches read past, its being below asks that a busy period made them,
+    # and that period's state is the one the next launch most likely runs in.
+    busy_by_gap: NDArray[np.float64] | None = None
 
     def _per_position(self) -> NDArray[np.float64]:
         """Each position's probability of being the crossing (0..n)."""
@@ -213,9 +222,16 @@ def believe(
     o_below: list[NDArray[np.float64]] = []  # log share of a lone outlier in the normal state
     o_past: list[NDArray[np.float64]] = []
     # Only launches that no level read from the endpoints explains make the shifts worth
-    # weighing: something faster than the good level, or the bad end below the threshold.
+    # weighing: something faster than the good level, the bad end below the threshold, or
+    # points at a level of their own between the good end and the threshold (a plateau, or
+    # the level of an end whose launches all ran slow).
     t_first = math.log(threshold) if threshold is not None else (good + bad) / 2
-    doubted = bool(np.any(xs < good - 3 * sd)) or bool(np.any(xs[idx == len(points) - 1] < t_first))
+    inner = own[1:-1]
+    doubted = (
+        bool(np.any(xs < good - 3 * sd))
+        or bool(np.any(xs[idx == len(points) - 1] < t_first))
+        or bool(np.any((inner > good + 3 * sd) & (inner < t_first - 3 * sd)))
+    )
     priors = []
     for (i, k), shift_prior in zip(_END_SHIFTS if doubted else _END_SHIFTS[:1], _END_SHIFT_PRIOR):
         # The endpoints' launches may have run in busy periods: their levels (and a derived
@@ -253,6 +269,8 @@ def believe(
     gap = np.concatenate([[0.0], w.sum(axis=(0, 1)) / w.sum()])
     nxt = np.einsum("hdgs,hsr->hdgr", alpha, _TRANS)
     busy_next = (w[..., None] * nxt).sum(axis=(0, 1, 2)) / w.sum()
+    per_gap = w.sum(axis=(0, 1))
+    busy_by_gap = (w[..., None] * nxt).sum(axis=(0, 1)) / np.maximum(per_gap, 1e-300)[:, None]
     by_level = w.sum(axis=0)  # (shift, gap)
     weight = by_level.sum(axis=1)
     given = by_level / np.maximum(weight, 1e-300)[:, None]
@@ -282,6 +300,7 @@ def believe(
         shared,
         weights,
         slow,
+        busy_by_gap,
     )
 
 

@@ -6,8 +6,10 @@ session's launches again have cost against its first launches).
 A launch at position x reads "past" or "below" the threshold. Its reading says which side x is
 on, so it speaks about the crossing through ``q = P(crossing <= x)`` alone, and it can err: a
 point below read past when the launch runs slow (the machine's state for the next launch comes
-from the posterior: a busy period that is likely still going makes every single launch worth
-less), a point past read below only through noise. The gain is the mutual information between
+from the posterior, given the side the launch would test: a point whose launches read past is
+below only if a busy period made them, and that period likely goes on, so launching it again
+inside it would err the same way; a busy period likely still going makes every single launch
+worth less), a point past read below only through noise. The gain is the mutual information between
 the reading and x's side. Candidates are every position that can be launched, measured or not:
 launching a measured point or an endpoint again is a candidate like any other, so re-checks are
 chosen when they are worth it, not by a rule of their own.
@@ -61,8 +63,34 @@ def _above(d: NDArray[np.float64], sd: float) -> NDArray[np.float64]:
     return np.asarray(0.5 * (1 - erf), dtype=np.float64)
 
 
-def _read_past_when_below(level: NDArray[np.float64], b: Belief) -> NDArray[np.float64]:
-    """For points below at ``level`` (log): the chance the next launch reads past."""
+def _states_given_side(
+    b: Belief, cdf: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """The next launch's machine state (positions x states) given that each position is
+    below, and given that it is past: a point whose launches read past is below only if a
+    busy period made them, and that period likely goes on, so launching it again in it tells
+    little (the same state errs the same way twice)."""
+    n = len(cdf) - 1
+    if b.busy_by_gap is None:
+        same = np.broadcast_to(b.busy_next, (n + 1, len(b.busy_next)))
+        return same, same
+    gap_of = np.clip(np.searchsorted(b.points, np.arange(n + 1), side="left"), 1, None)
+    weighted = b._per_position()[:, None] * b.busy_by_gap[gap_of - 1]
+    at_or_before = np.cumsum(weighted, axis=0)
+    after = at_or_before[-1][None, :] - at_or_before
+
+    def norm(m: NDArray[np.float64], mass: NDArray[np.float64]) -> NDArray[np.float64]:
+        ok = mass[:, None] > 1e-9
+        return np.where(ok, m / np.where(ok, mass[:, None], 1.0), b.busy_next[None, :])
+
+    return norm(after, np.asarray(1 - cdf, dtype=np.float64)), norm(at_or_before, cdf)
+
+
+def _read_past_when_below(
+    level: NDArray[np.float64], b: Belief, states: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    """For points below at ``level`` (log): the chance the next launch reads past, the
+    machine's state for it per point (``states``: points x states)."""
     d = b.threshold - level[:, None] - _F[None, :]  # how far the threshold is, per state
     per_state = _above(d, b.sd)
     slow_part = np.clip(
@@ -71,12 +99,14 @@ def _read_past_when_below(level: NDArray[np.float64], b: Belief) -> NDArray[np.f
     # the last state, busy launch by launch: any factor of the grid, each as likely
     per_state = np.concatenate([per_state, per_state[:, 1:].mean(axis=1, keepdims=True)], axis=1)
     per = (1 - OUTLIER) * per_state + OUTLIER * slow_part[:, None]
-    return np.asarray(per @ b.busy_next, dtype=np.float64)
+    return np.asarray((per * states).sum(axis=1), dtype=np.float64)
 
 
-def _read_below_when_past(level: NDArray[np.float64], b: Belief) -> NDArray[np.float64]:
+def _read_below_when_past(
+    level: NDArray[np.float64], b: Belief, states: NDArray[np.float64]
+) -> NDArray[np.float64]:
     d = np.asarray(b.threshold - level, dtype=np.float64)  # <= 0: past; slow: further past
-    return np.asarray((1 - OUTLIER) * b.busy_next[0] * (1 - _above(d, b.sd)), dtype=np.float64)
+    return np.asarray((1 - OUTLIER) * states[:, 0] * (1 - _above(d, b.sd)), dtype=np.float64)
 
 
 def single_gains(
@@ -86,8 +116,9 @@ def single_gains(
     n = len(cdf) - 1
     below_lv = np.full(n + 1, b.good)
     past_lv = np.full(n + 1, b.bad)
-    e_bp = _read_past_when_below(below_lv, b)
-    e_pb = _read_below_when_past(past_lv, b)
+    if_below, if_past = _states_given_side(b, cdf)
+    e_bp = _read_past_when_below(below_lv, b, if_below)
+    e_pb = _read_below_when_past(past_lv, b, if_past)
     q = cdf
     read_past = q * (1 - e_pb) + (1 - q) * e_bp
     gain = _h(read_past) - q * _h(e_pb) - (1 - q) * _h(e_bp)
