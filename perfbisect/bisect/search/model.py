@@ -104,7 +104,7 @@ class Belief:
     # and that period's state is the one the next launch most likely runs in.
     busy_by_gap: NDArray[np.float64] | None = None
 
-    def _per_position(self) -> NDArray[np.float64]:
+    def per_position(self) -> NDArray[np.float64]:
         """Each position's probability of being the crossing (0..n)."""
         n = int(self.points[-1])
         per = np.zeros(n + 1)
@@ -121,15 +121,15 @@ class Belief:
         """The probability that ``position`` is the first past the threshold."""
         if not 0 < position <= int(self.points[-1]):
             return 0.0
-        return float(self._per_position()[position])
+        return float(self.per_position()[position])
 
     def cdf(self) -> NDArray[np.float64]:
         """``cdf[x]``: the probability that the crossing is at or before position x (0..n)."""
-        return np.cumsum(self._per_position())
+        return np.cumsum(self.per_position())
 
     def best(self) -> tuple[int, float]:
         """The likeliest crossing and its probability."""
-        per = self._per_position()
+        per = self.per_position()
         x = int(np.argmax(per))
         return x, float(per[x])
 

@@ -5,12 +5,12 @@ session's launches again have cost against its first launches).
 
 A launch at position x reads "past" or "below" the threshold. Its reading says which side x is
 on, so it speaks about the crossing through ``q = P(crossing <= x)`` alone, and it can err: a
-point below read past when the launch runs slow (the machine's state for the next launch comes
-from the posterior, given the side the launch would test: a point whose launches read past is
-below only if a busy period made them, and that period likely goes on, so launching it again
-inside it would err the same way; a busy period likely still going makes every single launch
-worth less), a point past read below only through noise. The gain is the mutual information between
-the reading and x's side. Candidates are every position that can be launched, measured or not:
+point below read past when the launch runs slow, a point past read below only through noise.
+The machine's state for the next launch comes from the posterior, given the side the launch
+would test: a point whose launches read past is below only if a busy period made them, and
+that period likely goes on, so launching it again inside it would err the same way (and a
+busy period likely still going makes every single launch worth less). The gain is the mutual
+information between the reading and x's side. Candidates are every position that can be launched, measured or not:
 launching a measured point or an endpoint again is a candidate like any other, so re-checks are
 chosen when they are worth it, not by a rule of their own.
 
@@ -75,7 +75,7 @@ def _states_given_side(
         same = np.broadcast_to(b.busy_next, (n + 1, len(b.busy_next)))
         return same, same
     gap_of = np.clip(np.searchsorted(b.points, np.arange(n + 1), side="left"), 1, None)
-    weighted = b._per_position()[:, None] * b.busy_by_gap[gap_of - 1]
+    weighted = b.per_position()[:, None] * b.busy_by_gap[gap_of - 1]
     at_or_before = np.cumsum(weighted, axis=0)
     after = at_or_before[-1][None, :] - at_or_before
 
