@@ -36,11 +36,12 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from perfbisect.bisect.rules.engine import Engine, LaunchResult, Policy, Status
+from perfbisect.bisect.rules.engine import LaunchResult, Policy, Status
 from perfbisect.bisect.session.driver import EarlierLaunches, _Searcher
+from perfbisect.bisect.session.engines import make_engine
 from perfbisect.bisect.session.merges import descend
 from perfbisect.config import COMMIT_AXIS, Configuration
 from perfbisect.targets.gitrepo import GitRepo
@@ -68,11 +69,17 @@ class Trial:
 
 class Machine:
     """One simulated machine for one search: a commit's launch is slow when it contains the
-    culprit; the noise model and its state (outliers) run on across the search's phases."""
+    culprit; the noise model and its state (outliers, busy periods) run on across the search's
+    phases. ``load``: a machine whose load comes and goes (search_bench.py's busy periods:
+    after about one launch in twenty, 5-20 launches in a row 1.5-3x slower)."""
 
-    def __init__(self, trial: Trial) -> None:
+    def __init__(self, trial: Trial, load: bool = False) -> None:
         self.trial = trial
         self.world = World([GOOD_MS, BAD_MS], frozenset(), 1, random.Random(trial.seed))
+        if load:
+            self.world = replace(
+                self.world, burst_p=0.05, burst=(1.5, 3.0), burst_len=(5, 20), burst_steady=True
+            )
         self.launches = 0
 
     def launch(self, sha: str) -> float:
@@ -117,19 +124,24 @@ class Result:
     commit_right: bool
     merge_right: bool | None  # None: the strategy names no first-parent merge (git bisect)
     launches: int
+    # A commit named that is not the culprit (inside the merge, or the first-parent answer
+    # where the search inside named none): a wrong answer, not an incomplete one.
+    wrong: bool = False
 
 
-def run_perfbisect(repo: GitRepo, trial: Trial, descend_merges: bool) -> Result:
-    machine = Machine(trial)
+def run_perfbisect(
+    repo: GitRepo, trial: Trial, descend_merges: bool, engine: str = "model", load: bool = False
+) -> Result:
+    machine = Machine(trial, load)
     runner = SimRunner(machine)
     path = [
         Configuration.of({COMMIT_AXIS: sha})
         for sha in repo.first_parent_path(trial.good, trial.bad)
     ]
     policy = Policy()
-    engine = Engine(path, policy, None)
-    runner.run(engine)
-    outcome = engine.outcome
+    searcher = make_engine(path, None, policy, None, engine)
+    runner.run(searcher)
+    outcome = searcher.outcome
     assert outcome is not None
     named = (
         outcome.culprit.first_bad.config.get(COMMIT_AXIS)
@@ -138,12 +150,17 @@ def run_perfbisect(repo: GitRepo, trial: Trial, descend_merges: bool) -> Result:
     )
     inside = None
     if descend_merges:
-        for d in descend(runner, repo, outcome, len(path), policy):
+        for d in descend(runner, repo, outcome, len(path), policy, engine):
             o = d.outcome
             if d.found and o is not None and o.culprit is not None:
                 inside = o.culprit.first_bad.config.get(COMMIT_AXIS)
     final = inside or named
-    return Result(final == trial.culprit, named == trial.merge, machine.launches)
+    wrong = (
+        final is not None
+        and final != trial.culprit
+        and not (inside is None and final == trial.merge)
+    )
+    return Result(final == trial.culprit, named == trial.merge, machine.launches, wrong)
 
 
 JUDGE = r"""
@@ -158,18 +175,20 @@ sys.exit(1 if value > state["threshold"] else 0)
 """
 
 
-def run_git_bisect(clone: Path, trial: Trial, work: Path) -> Result:
+def run_git_bisect(clone: Path, trial: Trial, work: Path, load: bool = False) -> Result:
     """Real `git bisect run` on the same DAG: one launch per commit it asks about, against the
     threshold from one launch of each endpoint."""
-    # The k-th launch's value, fast or slow, from the same noise model: the draws do not
-    # depend on the level, so both are drawn from one generator state per launch.
-    rng = random.Random(trial.seed)
+    # The k-th launch's value, fast or slow, from the same noise model (and the same busy
+    # periods): the draws do not depend on the level, so both are drawn from one state.
+    world = Machine(trial, load).world
     fast, slow = [], []
     for _ in range(80):
-        state = rng.getstate()
-        fast.append(World([GOOD_MS], frozenset(), 0, rng).launch(0))
-        rng.setstate(state)
-        slow.append(World([BAD_MS], frozenset(), 0, rng).launch(0))
+        state = world.rng.getstate()
+        busy = (list(world.launches), list(world.burst_left), list(world.burst_factor))
+        fast.append(world.launch(0))
+        world.rng.setstate(state)
+        world.launches[:], world.burst_left[:], world.burst_factor[:] = busy
+        slow.append(world.launch(1))
     good_v, bad_v = fast[0], slow[1]  # the endpoints' launches: the first two
     counter = work / "counter"
     counter.write_text("2")
@@ -197,7 +216,7 @@ def run_git_bisect(clone: Path, trial: Trial, work: Path) -> Result:
         (line.split()[0] for line in out.splitlines() if line.endswith("is the first bad commit")),
         None,
     )
-    return Result(first == trial.culprit, None, int(counter.read_text()))
+    return Result(first == trial.culprit, None, int(counter.read_text()), first != trial.culprit)
 
 
 def trials(repo: Path, n: int, seed: int, window: int, min_commits: int) -> list[Trial]:
@@ -247,7 +266,7 @@ def trials(repo: Path, n: int, seed: int, window: int, min_commits: int) -> list
 
 
 def table(rows: Sequence[tuple[str, list[Result]]], markdown: bool) -> None:
-    head = ("strategy", "right commit", "right merge", "launches mean", "max")
+    head = ("strategy", "right commit", "right merge", "wrong commit", "launches mean", "max")
     lines = [head]
     for name, results in rows:
         n = len(results)
@@ -258,6 +277,7 @@ def table(rows: Sequence[tuple[str, list[Result]]], markdown: bool) -> None:
                 f"{sum(bool(r.merge_right) for r in results)}/{n}"
                 if results[0].merge_right is not None
                 else "n/a",
+                f"{sum(r.wrong for r in results)}/{n}",
                 f"{statistics.mean(r.launches for r in results):.1f}",
                 str(max(r.launches for r in results)),
             )
@@ -281,8 +301,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=400, help="first-parent commits searched")
     parser.add_argument("--min-commits", type=int, default=5)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument(
+        "--engine",
+        default="model",
+        help="model, rules, or both (model,rules): the session's engine, inside merges too",
+    )
+    parser.add_argument(
+        "--load",
+        action="store_true",
+        help="on a machine whose load comes and goes (busy periods 1.5-3x, 5-20 launches)",
+    )
     args = parser.parse_args(argv)
     repo = args.repo.resolve()
+    engines = args.engine.split(",")
     picked = trials(repo, args.trials, args.seed, args.window, args.min_commits)
     inside = [len(t.slow) for t in picked]
     print(
@@ -291,11 +322,11 @@ def main(argv: list[str] | None = None) -> int:
         f"branches, seed {args.seed}; commits slow per trial: median {statistics.median(inside)}; "
         f"{sum(t.nested for t in picked)} culprits on a branch merged into the merged branch"
     )
-    results: dict[str, list[Result]] = {
-        "perfbisect (--no-descend-merges)": [],
-        "perfbisect": [],
-        "git bisect run (1 launch)": [],
-    }
+    results: dict[str, list[Result]] = {}
+    for kind in engines:
+        results[f"perfbisect --engine {kind} (--no-descend-merges)"] = []
+        results[f"perfbisect --engine {kind}"] = []
+    results["git bisect run (1 launch)"] = []
     with tempfile.TemporaryDirectory() as tmp:
         # a clone of its own (a bare one with its config: GitPython and `git bisect` want one)
         clone = Path(tmp) / "clone.git"
@@ -304,9 +335,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         git_repo = GitRepo(clone)
         for t in picked:
-            results["perfbisect (--no-descend-merges)"].append(run_perfbisect(git_repo, t, False))
-            results["perfbisect"].append(run_perfbisect(git_repo, t, True))
-            results["git bisect run (1 launch)"].append(run_git_bisect(clone, t, Path(tmp)))
+            for kind in engines:
+                results[f"perfbisect --engine {kind} (--no-descend-merges)"].append(
+                    run_perfbisect(git_repo, t, False, kind, args.load)
+                )
+                results[f"perfbisect --engine {kind}"].append(
+                    run_perfbisect(git_repo, t, True, kind, args.load)
+                )
+            results["git bisect run (1 launch)"].append(
+                run_git_bisect(clone, t, Path(tmp), args.load)
+            )
     table(list(results.items()), args.markdown)
     return 0
 

@@ -5,6 +5,7 @@ an octopus merge, a merge of an ancestor), real measure processes, the CLI as a 
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 import time
@@ -125,6 +126,12 @@ def test_a_regression_inside_a_merged_branch_names_the_merge_and_the_commit_insi
     assert _commit(report["culprit"]) == shas["merge"]  # the first-parent answer stays
     assert _commit(report["inside_culprit"]) == shas["b6"]  # and git bisect's answer with it
     assert report["inside_culprit"]["last_good"]["commit"] == shas["b5"]
+    assert report["inside_culprit"]["confidence"] >= 0.99, report["inside_culprit"]
+    # searched inside by the session's engine (the model), stored so that a resume and the
+    # provisional report replay the inside search with it (it was the rule engine always)
+    with sqlite3.connect(tmp_path / "history.db") as conn:
+        (params,) = conn.execute("select params from sessions").fetchone()
+    assert json.loads(params)["merge_engine"] == "model"
     (d,) = report["descent"]
     path_length = report["path_length"]  # m1 .. m8: 9 first-parent commits
     assert path_length == 9

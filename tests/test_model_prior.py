@@ -126,13 +126,17 @@ def test_on_simulated_worlds_a_right_prior_saves_and_a_wrong_one_costs_little() 
     assert totals["wrong"] <= totals["flat"] + 12 * 3
 
 
-def test_a_resumed_session_keeps_its_prior() -> None:
+def test_a_resumed_session_keeps_its_prior_and_its_engine_inside_merges() -> None:
     from perfbisect.bisect.session.session import stored_options
 
     prior = PathPrior(("verify",), (3, 9), 12)
     params = {"min_launches": 1, "max_launches": 5, "engine": "model", "prior": prior.as_json()}
     assert stored_options(params).prior == prior
     assert stored_options({**params, "prior": None}).prior is None
+    # The searches inside merges: the session's engine, as stored; a session stored before
+    # that searched inside with the rule engine, and resumes so (its stored launches match).
+    assert stored_options({**params, "merge_engine": "model"}).engine_inside_merges == "model"
+    assert stored_options(params).engine_inside_merges == "rules"
 
 
 def test_a_prior_on_the_verify_area_reads_the_files_each_commit_changed(

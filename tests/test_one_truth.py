@@ -237,12 +237,9 @@ def _code(report: dict[str, object]) -> int:
     ]
 
 
-def test_an_interrupted_session_shows_what_it_knows_so_far(cli: Cli, tmp_path: Path) -> None:
-    # Ctrl-C during the culprit's verification launch: the search had its culprit. The report
-    # is provisional (exit 5): verdicts with their launches, the provisional culprit, what
-    # remains; status names it; the log has the verdicts; every view agrees.
-    shas = scripted_repo(tmp_path, [10.0] * 4 + [30.0] * 4, {"hang": 6})
-    proc = start_in_background(cli, shas[0], shas[-1])
+def _interrupt_at_the_hang(cli: Cli, tmp_path: Path, shas: list[str], *options: str) -> None:
+    """`bisect start` in the background, Ctrl-C once the launch numbered "hang" waits."""
+    proc = start_in_background(cli, shas[0], shas[-1], *options)
     hanging = tmp_path / "plan" / "hanging"
     deadline = time.monotonic() + 120
     while not hanging.exists() and time.monotonic() < deadline and proc.poll() is None:
@@ -251,6 +248,14 @@ def test_an_interrupted_session_shows_what_it_knows_so_far(cli: Cli, tmp_path: P
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=90)
     assert proc.returncode == 130
+
+
+def test_an_interrupted_session_shows_what_it_knows_so_far(cli: Cli, tmp_path: Path) -> None:
+    # Ctrl-C during the culprit's verification launch: the search had its culprit. The report
+    # is provisional (exit 5): verdicts with their launches, the provisional culprit, what
+    # remains; status names it; the log has the verdicts; every view agrees.
+    shas = scripted_repo(tmp_path, [10.0] * 4 + [30.0] * 4, {"hang": 6})
+    _interrupt_at_the_hang(cli, tmp_path, shas)
     report = same_numbers_in_every_view(cli, 1, tmp_path, code=5)
     assert report["status"] == "provisional"
     culprit = report["culprit"]
@@ -270,6 +275,35 @@ def test_an_interrupted_session_shows_what_it_knows_so_far(cli: Cli, tmp_path: P
     resumed = cli.json("bisect", "resume", "1", "--json")
     assert resumed["status"] == "found" and resumed["culprit"]["first_bad"] == culprit["first_bad"]
     same_numbers_in_every_view(cli, 1, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [("--engine", "rules"), ("--prior-path", "value")],
+    ids=["rule engine", "model with a prior"],
+)
+def test_a_provisional_report_replays_the_sessions_own_search(
+    cli: Cli, tmp_path: Path, options: tuple[str, ...]
+) -> None:
+    # The provisional report rebuilds the search from the stored launches: with any engine but
+    # the session's own (or without its prior) the two ask for different launches at their
+    # first different choice, and the report showed only the launches before it.
+    shas = scripted_repo(tmp_path, [10.0] * 4 + [30.0] * 4, {"hang": 6})
+    _interrupt_at_the_hang(cli, tmp_path, shas, *options)
+    report = same_numbers_in_every_view(cli, 1, tmp_path, code=5)
+    assert report["status"] == "provisional"
+    measured = [e for e in cli.json("bisect", "log", "--json") if e.get("value") is not None]
+    assert len(measured) == 6, measured  # the seventh launch hung
+    # Every launch the search has read is in the report; one made of a batch it reads whole
+    # (a back-to-back pair interrupted after its first launch) is said to be made already.
+    shown = sum(len(p["launches"]) for p in report["path"])
+    remaining = report["remaining"]
+    if shown < 6:
+        assert shown == 5 and "1 launch made already" in remaining, (report["path"], remaining)
+    assert "bisect resume 1" in remaining
+    resumed = cli.json("bisect", "resume", "1", "--json")
+    assert resumed["status"] == "found", resumed["message"]
+    assert resumed["culprit"]["first_bad"] == {"commit": shas[4]}
 
 
 def test_report_text_counts_and_names_once(cli: Cli, tmp_path: Path) -> None:

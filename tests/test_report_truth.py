@@ -48,10 +48,13 @@ def flaky_repo(root: Path, crash: dict[str, Any], values: list[float] | None = N
     return make_repo(root, commits).shas
 
 
-def start_in_background(cli: Cli, good: str, bad: str) -> subprocess.Popen[str]:
+def start_in_background(cli: Cli, good: str, bad: str, *extra: str) -> subprocess.Popen[str]:
     """`bisect start` as a user runs it in a terminal, to be interrupted with Ctrl-C."""
     return subprocess.Popen(
-        [sys.executable, "-m", "perfbisect", "bisect", "start", "--good", good, "--bad", bad],
+        [
+            *(sys.executable, "-m", "perfbisect", "bisect", "start"),
+            *("--good", good, "--bad", bad, *extra),
+        ],
         cwd=cli.cwd,
         env=cli.env,
         stdout=subprocess.PIPE,

@@ -90,11 +90,11 @@ def _experiment(
 def test_bisect_names_the_axis_that_took_verify_out_of_cuda_graphs(
     cli: Cli, tmp_path: Path, served_python: str
 ) -> None:
-    # 32 layers: 8 ms verify with graphs, 24 ms without. At 8 layers (2 ms) one preemption on
-    # a loaded machine (a 4 ms time slice) made a good launch read 6 ms, the bad level: the
-    # load's cost was a quantum added, not a factor, so a back-to-back pair could read no step
-    # (CI on 2 cores ended "ambiguous" once; a replay of such launches had two of four pairs
-    # read 6 ms and 6 ms). Over several slices a loaded machine slows both sides alike.
+    # 32 layers: 8 ms verify with graphs (a sleep: a replay leaves the CPU idle), 24 ms without
+    # (work on the CPU). Fresh-clone CI on 2 loaded cores, when graphs were a 2 ms busy wait:
+    # one 4 ms time slice made a good launch read the bad level (the load's cost a quantum
+    # added, not a factor: back-to-back pairs read no step, "ambiguous"), and the launch
+    # method read as a regression of its own (8 -> 12 ms, named beside graphs).
     _experiment(tmp_path, served_python, ready="log", layers=32)
     # Two axes differ (the launch method too, as on the GPU run): attribution must name graphs.
     report = cli.json(

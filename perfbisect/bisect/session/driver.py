@@ -111,6 +111,13 @@ class SearchOptions:
     prior_paths: tuple[str, ...] = ()
     prior_areas: tuple[str, ...] = ()
     prior: PathPrior | None = None
+    # The engine of the searches inside a merge: None, the session's own (sessions from before
+    # it was stored searched inside merges with the rule engine, and resume so).
+    merge_engine: str | None = None
+
+    @property
+    def engine_inside_merges(self) -> str:
+        return self.merge_engine or self.engine
 
     def policy(self, experiment: Experiment) -> Policy:
         return Policy(

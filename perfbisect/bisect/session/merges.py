@@ -18,6 +18,7 @@ from typing import Protocol
 
 from perfbisect.bisect.rules.engine import Engine, LaunchRequest, LaunchResult, Outcome, PointResult
 from perfbisect.bisect.session.driver import _Searcher
+from perfbisect.bisect.session.engines import make_engine
 from perfbisect.bisect.values import Policy, Status
 from perfbisect.config import COMMIT_AXIS, Configuration
 from perfbisect.targets.gitrepo import GitRepo
@@ -108,11 +109,12 @@ def descend(
     outcome: Outcome,
     path_length: int,
     policy: Policy,
+    kind: str = "model",
 ) -> list[Descent]:
     """Search inside the merge the session's crossing is, and inside the merge found there,
     and so on (``MAX_DEPTH``); every branch searched or passed over, outermost first."""
     try:
-        return _descend(driver, repo, outcome, path_length, policy)
+        return _descend(driver, repo, outcome, path_length, policy, kind)
     finally:
         driver.reuse_own_before(-1)  # later phases launch anew
 
@@ -123,6 +125,7 @@ def _descend(
     outcome: Outcome,
     path_length: int,
     policy: Policy,
+    kind: str,
 ) -> list[Descent]:
     culprit = outcome.culprit
     if outcome.status is not Status.FOUND or culprit is None:
@@ -140,9 +143,11 @@ def _descend(
             if len(branch.commits) < 2:
                 continue
             path = [config.with_value(COMMIT_AXIS, sha) for sha in branch.commits]
-            # The same threshold as the session's: the inside search asks which commit of the
-            # branch crosses the line the merge crossed.
-            descent.engine = Engine(path, policy, outcome.threshold)
+            # The same threshold and engine as the session's: the inside search asks which
+            # commit of the branch crosses the line the merge crossed, and names it on the
+            # same evidence (a rule engine inside a model session claimed what the model
+            # would not on a machine whose load comes and goes).
+            descent.engine = make_engine(path, None, policy, outcome.threshold, kind)
             # Launches the searches before made stand in for the same configurations' launches
             # inside (the merge base is often on the path searched already).
             driver.reuse_own_before(driver.seq)

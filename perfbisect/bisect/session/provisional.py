@@ -5,6 +5,7 @@ it, marked provisional. No launch is made."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,10 +23,12 @@ from perfbisect.bisect.session.driver import (
     session_log_root,
     stage_seconds,
 )
+from perfbisect.bisect.session.engines import make_engine
 from perfbisect.bisect.session.merge_report import with_descent
 from perfbisect.bisect.session.merges import Descent, descend
-from perfbisect.bisect.session.session import _engine, resume_command, stored_options
+from perfbisect.bisect.session.session import resume_command, stored_options
 from perfbisect.bisect.stats import Verdict, difference
+from perfbisect.bisect.values import LaunchRequest
 from perfbisect.config import Configuration
 from perfbisect.errors import ExperimentError
 from perfbisect.experiment import Experiment, load_experiment, parse_experiment
@@ -48,21 +51,40 @@ def _experiment(row: SessionRow) -> Experiment:
     return parse_experiment(tomllib.loads(text), Path(row.experiment_path), text)
 
 
-def _replay(store: Store, row: SessionRow, engine: Engine) -> int:
+def _replay(store: Store, row: SessionRow, engine: Engine) -> tuple[int, int]:
     """Feed the engine the session's stored launches, batch by batch, while they match what
-    it asks for; the number of launches fed."""
+    it asks for: the launches fed, and how many of the batch it asks for next the session
+    made before it stopped (a back-to-back pair interrupted after its first launch: the
+    search reads a batch whole, so those wait for the rest of it)."""
     stored = {v.seq: v for v in session_launches(store, row.id)}
     seq = 0
     while batch := engine.next_batch():
         views = [stored.get(seq + i) for i in range(len(batch))]
-        if any(
-            v is None or v.fingerprint != r.config.fingerprint
+        matching = [
+            v is not None and v.fingerprint == r.config.fingerprint
             for v, r in zip(views, batch, strict=True)
-        ):
-            break
+        ]
+        if not all(matching):
+            return seq, matching.index(False)
         engine.feed([_replayed(v) for v in views if v is not None])
         seq += len(batch)
-    return seq
+    return seq, 0
+
+
+def _next_launches(batch: Sequence[LaunchRequest], made: int) -> str:
+    """What the search launches next, the launches of its batch already made said so (a
+    resumed session does not make them again)."""
+
+    def named(requests: Sequence[LaunchRequest]) -> str:
+        return ", ".join(f"position {r.position} ({r.purpose.value})" for r in requests)
+
+    if not made:
+        return named(batch) or "nothing"
+    them = "it" if made == 1 else "them"
+    return (
+        f"{named(batch[made:])}, whose batch has {counted(made, 'launch')} made already "
+        f"({named(batch[:made])}: stored, in `bisect log`; the search reads {them} with the rest)"
+    )
 
 
 class _StoredOnly:
@@ -108,7 +130,14 @@ def _stored_descent(
     stored = {v.seq: v for v in session_launches(store, row.id)}
     runner = _StoredOnly(stored, fed)
     repo = GitRepo(experiment.target.repo)
-    descents = descend(runner, repo, outcome, len(engine.path), options.policy(experiment))
+    descents = descend(
+        runner,
+        repo,
+        outcome,
+        len(engine.path),
+        options.policy(experiment),
+        options.engine_inside_merges,
+    )
     unfinished = next((i for i, d in enumerate(descents) if d.engine and not d.outcome), None)
     return descents if unfinished is None else descents[: unfinished + 1]
 
@@ -155,11 +184,15 @@ def provisional_report(store: Store, row: SessionRow) -> Report:
     if proxied:
         # The search runs on proxy launches first (session._run_phases): they are replayed.
         configs, threshold = [c.as_proxy() for c in configs], None
-    engine = _engine(configs, row.params.get("plans"), options.policy(experiment), threshold)
-    fed = _replay(store, row, engine)
+    # The session's own engine and prior: replayed into another, the stored launches stop
+    # matching what it asks for at the first choice the two make apart.
+    policy = options.policy(experiment)
+    plans = row.params.get("plans")
+    engine = make_engine(configs, plans, policy, threshold, options.engine, options.prior)
+    fed, made = _replay(store, row, engine)
     last = engine.bad_end
     pending = engine.next_batch()
-    nexts = ", ".join(f"position {r.position} ({r.purpose.value})" for r in pending)
+    nexts = _next_launches(pending, made)
     resume = (
         "it was reset and will not finish: `bisect start` begins a new session"
         if row.status == "reset"
@@ -214,10 +247,7 @@ def provisional_report(store: Store, row: SessionRow) -> Report:
             (culprit,) if culprit else (),
             None if engine.fixed_threshold else engine.threshold_interval(),
         )
-        remaining = (
-            f"the session is {row.status}; the search would launch next: {nexts or 'nothing'}; "
-            + resume
-        )
+        remaining = f"the session is {row.status}; the search would launch next: {nexts}; " + resume
     log_root = session_log_root(row.id, row.params.get("log_key"))
     inside = next((d.first_seq for d in descents if d.engine is not None), None)
     searched = (0, inside) if inside is not None else None

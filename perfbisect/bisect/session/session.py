@@ -14,21 +14,17 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from perfbisect.bisect.axis_sets import AxisPlan
-from perfbisect.bisect.multiaxis import MultiAxisEngine
 from perfbisect.bisect.report.report import build_report
 from perfbisect.bisect.report.report_model import Fidelity, FullModelCheck, Report, counted
 from perfbisect.bisect.rules.engine import (
     Engine,
     Outcome,
-    Policy,
     Purpose,
     Status,
 )
-from perfbisect.bisect.search.attribution import ModelMultiAxis
-from perfbisect.bisect.search.searcher import ModelEngine
 from perfbisect.bisect.session.baseline import BaselineRuns, SpeedupRow
 from perfbisect.bisect.session.confirm import Confirmation, PairToConfirm
 from perfbisect.bisect.session.driver import (
@@ -42,6 +38,7 @@ from perfbisect.bisect.session.driver import (
     slot_experiments,
     stage_seconds,
 )
+from perfbisect.bisect.session.engines import make_engine
 from perfbisect.bisect.session.merge_report import undescended_warning, with_descent
 from perfbisect.bisect.session.merges import Descent, descend
 from perfbisect.bisect.session.prior import PathPrior, path_prior
@@ -161,6 +158,7 @@ def start(
         "engine": options.engine,
         "confidence": options.confidence,
         "descend_merges": options.descend_merges,
+        "merge_engine": options.engine_inside_merges,
         "prior": options.prior.as_json() if options.prior else None,
         "plans": [p.as_json() for p in endpoints.plans] if endpoints.multi_axis else None,
         # Log directories are keyed by this, not by the per-database session number: two
@@ -271,6 +269,7 @@ def stored_options(params: dict[str, Any]) -> SearchOptions:
         # sessions from before the search inside merges stopped at the merge
         descend_merges=bool(params.get("descend_merges", False)),
         prior=PathPrior.from_json(params.get("prior")),
+        merge_engine=str(params.get("merge_engine", "rules")),
     )
 
 
@@ -291,30 +290,6 @@ def _prior(experiment: Experiment, endpoints: Any, options: SearchOptions) -> Pa
         )
     repo = GitRepo(experiment.target.repo)
     return path_prior(repo, endpoints.path, options.prior_paths, options.prior_areas)
-
-
-def _engine(
-    path: list[Configuration],
-    plans: list[dict[str, Any]] | None,
-    policy: Policy,
-    threshold: float | None,
-    engine: str = "model",
-    prior: PathPrior | None = None,
-) -> Engine:
-    """One path: the binary search (or, with ``engine="model"``, the search as one
-    posterior, crossing first or every step, with ``prior`` over the path's positions);
-    several axes (or a patch set): the multi-axis search."""
-    if plans:
-        axis_plans = [AxisPlan.from_json(p) for p in plans]
-        if engine == "model":
-            return cast(Engine, ModelMultiAxis(path[0], path[-1], axis_plans, policy, threshold))
-        return MultiAxisEngine(path[0], path[-1], axis_plans, policy, threshold)
-    if engine == "model":
-        # Duck-typed: ModelEngine has every attribute the driver and the report read
-        # (tests/test_model_engine.py runs a whole session through it).
-        weights, note = (prior.weights(), prior.note()) if prior else (None, "")
-        return cast(Engine, ModelEngine(path, policy, threshold, weights, note))
-    return Engine(path, policy, threshold)
 
 
 @dataclass
@@ -346,7 +321,9 @@ def _descend(
 
     repo = GitRepo(experiment.target.repo)
     policy = options.policy(experiment)
-    phases.descents = descend(driver, repo, outcome, len(phases.engine.path), policy)
+    phases.descents = descend(
+        driver, repo, outcome, len(phases.engine.path), policy, options.engine_inside_merges
+    )
     return phases
 
 
@@ -360,13 +337,13 @@ def _run_phases(
     policy = options.policy(experiment)
     proxy = ProxySpec.of(experiment.target.options) if experiment.target.kind == "sglang" else None
     if proxy is None:
-        engine = _engine(path, plans, policy, options.threshold, options.engine, options.prior)
+        engine = make_engine(path, plans, policy, options.threshold, options.engine, options.prior)
         driver.run(engine)
         return _descend(driver, _Phases(engine), plans, options, experiment)
     # The search runs on proxy launches. A given threshold is in the full model's units, so
     # the proxy's threshold is derived from its own endpoints; the given one is checked when
     # the full model confirms the culprit.
-    proxy_engine = _engine(
+    proxy_engine = make_engine(
         [c.as_proxy() for c in path], plans, policy, None, options.engine, options.prior
     )
     driver.run(proxy_engine)
@@ -377,7 +354,7 @@ def _run_phases(
             "the proxy launches do not show the regression between the endpoints "
             f"({outcome.message}); it may depend on the weights: the search ran on full launches"
         )
-        engine = _engine(path, plans, policy, options.threshold, options.engine, options.prior)
+        engine = make_engine(path, plans, policy, options.threshold, options.engine, options.prior)
         driver.run(engine)
         phases = _Phases(engine, proxy, proxy_engine, fallback)
         return _descend(driver, phases, plans, options, experiment)
