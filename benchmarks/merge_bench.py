@@ -155,12 +155,19 @@ def run_perfbisect(
             if d.found and o is not None and o.culprit is not None:
                 inside = o.culprit.first_bad.config.get(COMMIT_AXIS)
     final = inside or named
-    wrong = (
-        final is not None
-        and final != trial.culprit
-        and not (inside is None and final == trial.merge)
+    return Result(
+        final == trial.culprit, named == trial.merge, machine.launches, wrong(repo, trial, final)
     )
-    return Result(final == trial.culprit, named == trial.merge, machine.launches, wrong)
+
+
+def wrong(repo: GitRepo, trial: Trial, named: str | None) -> bool:
+    """A commit named that is no step of the regression: a step is the culprit or a merge that
+    brought it in (it holds the culprit, its first parent does not), so a merge named where the
+    search inside it ended unresolved is an incomplete answer, not a wrong one."""
+    if named is None:
+        return False
+    parents = repo.parents(named)
+    return not (named in trial.slow and (not parents or parents[0] not in trial.slow))
 
 
 JUDGE = r"""
@@ -183,10 +190,10 @@ def run_git_bisect(clone: Path, trial: Trial, work: Path, load: bool = False) ->
     world = Machine(trial, load).world
     fast, slow = [], []
     for _ in range(80):
-        state = world.rng.getstate()
+        saved = world.rng.getstate()
         busy = (list(world.launches), list(world.burst_left), list(world.burst_factor))
         fast.append(world.launch(0))
-        world.rng.setstate(state)
+        world.rng.setstate(saved)
         world.launches[:], world.burst_left[:], world.burst_factor[:] = busy
         slow.append(world.launch(1))
     good_v, bad_v = fast[0], slow[1]  # the endpoints' launches: the first two
