@@ -260,6 +260,11 @@ MULTIAXIS_WRONG_AT_99 = [
     ("two regressions in one patch stack", 2),
     ("two regressions in one patch stack", 39),
     ("two regressions in one patch stack", 186),
+    # One axis's bad end launched only in two busy periods (2.08x, 1.63x): its level read 47
+    # ms against the true 29, the versions at 29 sat just below the threshold, and a pair at
+    # 44.9 and 48.3 ms "showed" the 29 -> 47 step (it had only 2.5% to show): named at
+    # 1 - 1e-14 before a pair had to show a third of the step.
+    ("one NCCL version", 56),
 ]
 
 

@@ -40,6 +40,12 @@ from perfbisect.bisect.values import Culprit, LaunchResult, Policy, Purpose
 SURE = 0.9  # a point's verdict: its side at this posterior (as the crossing-first search reads)
 _BUDGET = 12  # launches per halving
 _CONFIRM_PAIRS = 3  # interleaved pairs that confirm two levels differ, at most
+# A back-to-back pair shows a step when its bad side reads slower by at least this share of
+# the step (log time): a busy period slows both launches alike, so their ratio keeps the step;
+# 1/3 leaves a 1.3x step 2.2 launch noises of margin. The step is the smaller of the two
+# sides' own levels apart and the bad end's level over the level below: with two steps the
+# crossing's is the smaller one; one side launched once in a busy period reads far apart.
+PAIR_SHARE_OF_STEP = 1 / 3
 
 _Gen = Generator[_Batch, list[LaunchResult], "Answer"]
 
@@ -158,11 +164,17 @@ def search(
         # What a pair's bad side must read above its good side: the threshold's distance from
         # the level below, and never less than half the smallest regression looked for (an
         # axis's ends judged apart by other questions can read inverted here, and a step of
-        # zero or less was shown by any pair).
-        step = max(b.threshold - b.below, min_step(policy) / 2)
+        # zero or less was shown by any pair), nor than a share of the step (PAIR_SHARE_OF_STEP:
+        # a plateau just below the threshold left 2.5% to show where the bracket's sides read
+        # 29 and 47 ms, its bad side's launches all in two busy periods; a pair at 44.9 and
+        # 48.3 ms showed it, and it was named at 1 - 1e-14).
+        floor = max(b.threshold - b.below, min_step(policy) / 2)
+        ends = b.bad - b.below
 
-        def shown(f: Named, step: float = step) -> int:
-            return pairs.showing(state, order[f.lo], order[f.hi], step)
+        def shown(f: Named, floor: float = floor, ends: float = ends) -> int:
+            lo, hi = order[f.lo], order[f.hi]
+            own = min(level(state, hi) - level(state, lo), ends)
+            return pairs.showing(state, lo, hi, max(floor, own * PAIR_SHARE_OF_STEP))
 
         # One configuration likelier than not the crossing: its pairs are due before it can
         # be named anyway, and a pair is as informative now as a single launch of either side
