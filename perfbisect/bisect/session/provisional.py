@@ -51,22 +51,29 @@ def _experiment(row: SessionRow) -> Experiment:
     return parse_experiment(tomllib.loads(text), Path(row.experiment_path), text)
 
 
-def _replay(store: Store, row: SessionRow, engine: Engine) -> tuple[int, int]:
+def _matched(stored: dict[int, LaunchView], seq: int, batch: Sequence[LaunchRequest]) -> int:
+    """How many of ``batch``, from launch ``seq`` on, the stored launches hold, in order."""
+    made = 0
+    for i, request in enumerate(batch):
+        view = stored.get(seq + i)
+        if view is None or view.fingerprint != request.config.fingerprint:
+            break
+        made += 1
+    return made
+
+
+def _replay(stored: dict[int, LaunchView], engine: Engine) -> tuple[int, int]:
     """Feed the engine the session's stored launches, batch by batch, while they match what
     it asks for: the launches fed, and how many of the batch it asks for next the session
     made before it stopped (a back-to-back pair interrupted after its first launch: the
     search reads a batch whole, so those wait for the rest of it)."""
-    stored = {v.seq: v for v in session_launches(store, row.id)}
     seq = 0
     while batch := engine.next_batch():
-        views = [stored.get(seq + i) for i in range(len(batch))]
-        matching = [
-            v is not None and v.fingerprint == r.config.fingerprint
-            for v, r in zip(views, batch, strict=True)
-        ]
-        if not all(matching):
-            return seq, matching.index(False)
-        engine.feed([_replayed(v) for v in views if v is not None])
+        made = _matched(stored, seq, batch)
+        if made < len(batch):
+            # made before it stopped, not where the stored launches part from the search
+            return seq, made if stored.get(seq + made) is None else 0
+        engine.feed([_replayed(stored[seq + i]) for i in range(len(batch))])
         seq += len(batch)
     return seq, 0
 
@@ -98,14 +105,10 @@ class _StoredOnly:
 
     def run(self, searcher: _Searcher) -> None:
         while not self.stopped and (batch := searcher.next_batch()):
-            views = [self.stored.get(self.seq + i) for i in range(len(batch))]
-            if any(
-                v is None or v.fingerprint != r.config.fingerprint
-                for v, r in zip(views, batch, strict=True)
-            ):
+            if _matched(self.stored, self.seq, batch) < len(batch):
                 self.stopped = True
                 return
-            searcher.feed([_replayed(v) for v in views if v is not None])
+            searcher.feed([_replayed(self.stored[self.seq + i]) for i in range(len(batch))])
             searcher.take_verdicts()
             self.seq += len(batch)
 
@@ -114,7 +117,11 @@ class _StoredOnly:
 
 
 def _stored_descent(
-    store: Store, row: SessionRow, experiment: Experiment, engine: Engine, fed: int
+    stored: dict[int, LaunchView],
+    row: SessionRow,
+    experiment: Experiment,
+    engine: Engine,
+    fed: int,
 ) -> list[Descent]:
     """The searches inside the merge the finished search named, as far as the stored
     launches go (a session interrupted inside a merge)."""
@@ -127,7 +134,6 @@ def _stored_descent(
         or outcome is None
     ):
         return []
-    stored = {v.seq: v for v in session_launches(store, row.id)}
     runner = _StoredOnly(stored, fed)
     repo = GitRepo(experiment.target.repo)
     descents = descend(
@@ -189,7 +195,9 @@ def provisional_report(store: Store, row: SessionRow) -> Report:
     policy = options.policy(experiment)
     plans = row.params.get("plans")
     engine = make_engine(configs, plans, policy, threshold, options.engine, options.prior)
-    fed, made = _replay(store, row, engine)
+    launches = session_launches(store, row.id)  # read once: the replays and the time spent
+    stored = {v.seq: v for v in launches}
+    fed, made = _replay(stored, engine)
     last = engine.bad_end
     pending = engine.next_batch()
     nexts = _next_launches(pending, made)
@@ -200,7 +208,7 @@ def provisional_report(store: Store, row: SessionRow) -> Report:
     )
     descents: list[Descent] = []
     if engine.outcome is not None and not proxied:  # the proxy's later phases come first
-        descents = _stored_descent(store, row, experiment, engine, fed)
+        descents = _stored_descent(stored, row, experiment, engine, fed)
     if engine.outcome is not None:
         outcome = engine.outcome
         remaining = (
@@ -258,5 +266,5 @@ def provisional_report(store: Store, row: SessionRow) -> Report:
         status=ReportStatus.PROVISIONAL,
         remaining=remaining,
         # The time so far: a provisional report said 0:00 after four launches of 80 s each.
-        time_spent_s=stage_seconds(session_launches(store, row.id)),
+        time_spent_s=stage_seconds(launches),
     )
