@@ -39,10 +39,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from perfbisect.bisect.rules.engine import LaunchResult, Policy, Status
 from perfbisect.bisect.session.driver import EarlierLaunches, _Searcher
 from perfbisect.bisect.session.engines import make_engine
 from perfbisect.bisect.session.merges import descend
+from perfbisect.bisect.values import LaunchResult, Policy, Status
 from perfbisect.config import COMMIT_AXIS, Configuration
 from perfbisect.targets.gitrepo import GitRepo
 

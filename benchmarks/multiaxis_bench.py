@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from perfbisect.bisect.axis_sets import AxisPlan, join_set, split_set
-from perfbisect.bisect.multiaxis import MultiAxisEngine
-from perfbisect.bisect.rules.engine import LaunchResult, Policy, Status
+from perfbisect.bisect.rules.multiaxis import MultiAxisEngine
 from perfbisect.bisect.search.attribution import ModelMultiAxis
+from perfbisect.bisect.values import LaunchResult, Policy, Status
 from perfbisect.config import Configuration
 
 GOOD_MS, BAD_MS = 18.0, 29.0

@@ -9,11 +9,11 @@ from datetime import datetime
 
 import numpy as np
 
-from perfbisect.bisect.rules.engine import LaunchResult, Policy, Status
 from perfbisect.bisect.search.model import believe
 from perfbisect.bisect.search.planner import plan, single_gains
 from perfbisect.bisect.search.searcher import ModelEngine
 from perfbisect.bisect.session.driver import _replayed, launch_seconds
+from perfbisect.bisect.values import LaunchResult, Policy, Status
 from perfbisect.config import Configuration
 from perfbisect.store.history import LaunchView
 

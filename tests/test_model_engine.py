@@ -5,8 +5,10 @@ CLI on a real repository with real processes."""
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,10 +17,10 @@ import pytest
 from conftest import Cli
 from test_one_truth import scripted_repo
 
-from perfbisect.bisect.rules.engine import LaunchResult, Policy, Purpose, Status
 from perfbisect.bisect.search.model import believe
 from perfbisect.bisect.search.planner import _states_given_side
 from perfbisect.bisect.search.searcher import ModelEngine
+from perfbisect.bisect.values import LaunchResult, Policy, Purpose, Status
 from perfbisect.config import Configuration
 
 
@@ -164,6 +166,36 @@ def test_a_session_with_the_model_engine_names_the_culprit(cli: Cli, tmp_path: P
         assert f"(posterior {shown}" in report["message"] and f"(posterior {shown}" in status
         assert f"confidence: {shown}" in text
     assert "100.0%" not in report["message"] + status
+
+
+def test_a_session_and_every_view_run_without_the_rule_engine(cli: Cli, tmp_path: Path) -> None:
+    # The rule engine is kept for comparison only: with its package unimportable (as if
+    # bisect/rules/ were deleted), a default session, its report, status and log still work.
+    shas = scripted_repo(tmp_path, [10.0] * 5 + [40.0] * 5, {})
+    blocked = "import sys; sys.modules['perfbisect.bisect.rules'] = None; "
+    main = "from perfbisect.cli.main import run; sys.argv[0] = 'perfbisect'; run()"
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", blocked + main, *args],
+            cwd=cli.cwd,
+            env=cli.env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+
+    start = run("bisect", "start", "--good", shas[0], "--bad", shas[-1], "--json")
+    assert start.returncode == 0, start.stderr
+    assert json.loads(start.stdout)["culprit"]["first_bad"] == {"commit": shas[5]}
+    for view in (("bisect", "report"), ("bisect", "status"), ("bisect", "log")):
+        shown = run(*view)
+        assert shown.returncode == 0, (view, shown.stderr)
+        assert shas[5][:10] in shown.stdout, view
+    # and the block is real: asking for the rule engine now fails to import it
+    rules = run("bisect", "start", "--good", shas[0], "--bad", shas[-1], "--engine", "rules")
+    assert rules.returncode != 0
+    assert "perfbisect.bisect.rules" in rules.stderr
 
 
 def test_an_unknown_engine_is_an_input_error(cli: Cli, tmp_path: Path) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 
 from perfbisect.bisect.axis_sets import AxisPlan, ddmin, join_set, split_set
-from perfbisect.bisect.multiaxis import MultiAxisEngine
-from perfbisect.bisect.rules.engine import LaunchResult, Policy, Status
+from perfbisect.bisect.rules.multiaxis import MultiAxisEngine
+from perfbisect.bisect.values import LaunchResult, Policy, Status
 from perfbisect.config import Configuration
 
 COMMITS = tuple(f"{i:040x}" for i in range(33))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
-from perfbisect.bisect.stats import Verdict
+from perfbisect.bisect.stats import Verdict, median
 from perfbisect.config import Configuration
 
 B = TypeVar("B")  # what a measuring generator yields (a batch of launch requests)
@@ -37,6 +37,45 @@ def mixed(
         value = bad.get(axis) if axis in bad_axes else good_value
         values[axis] = override.get(axis, value or "")
     return Configuration.of(values, good.context)
+
+
+class MeasuredConfigurations:
+    """What both multi-axis engines keep beside their search (a mixin on their ``EngineState``):
+    the two ends and the axis plans, the configurations measured as positions in the order first
+    measured (the path grows past both ends), and one attribution row per configuration."""
+
+    in_path_order: ClassVar[bool] = False
+    path: list[Configuration]  # the engine's
+    launches: dict[int, list[float]]  # the engine's
+
+    def _start_axes(
+        self, good: Configuration, bad: Configuration, plans: Sequence[AxisPlan]
+    ) -> None:
+        self.good, self.bad = good, bad
+        self.plans = {p.name: p for p in plans}
+        self.attribution: list[AttributionRow] = []
+        self.culprit_sets: list[tuple[str, ...]] = []
+        self._positions = {good.fingerprint: 0, bad.fingerprint: 1}
+
+    @property
+    def bad_end(self) -> int:
+        return 1
+
+    def _position_of(self, config: Configuration) -> int:
+        """The configuration's position (appended to the path when new)."""
+        known = self._positions.get(config.fingerprint)
+        if known is not None:
+            return known
+        self.path.append(config)
+        self._positions[config.fingerprint] = len(self.path) - 1
+        return len(self.path) - 1
+
+    def _add_row(self, axes: Sequence[str], position: int, verdict: Verdict) -> None:
+        if any(row.position == position for row in self.attribution):
+            return  # ddmin asks about some subsets again; one row each
+        values = self.launches.get(position)
+        effect = median(values) - median(self.launches[0]) if values else None
+        self.attribution.append(AttributionRow(tuple(axes), position, verdict, effect))
 
 
 def summary(culprit_sets: Sequence[Sequence[str]], steps: int) -> str:

@@ -10,7 +10,8 @@ The engine is built in layers, each a class on the one below (no module imports 
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
+from typing import ClassVar
 
 from perfbisect.bisect.posterior import CrossingPosterior
 from perfbisect.bisect.stats import (
@@ -69,6 +70,10 @@ def verification_failed(position: int, failure: str, earlier: int) -> str:
 
 class EngineState:
     """Launch values and verdicts; ``_run`` (the search plan) comes from the top layer."""
+
+    # Positions are a path's order (a multi-axis search appends configurations as it measures
+    # them, so "the last good before the first bad" means nothing there).
+    in_path_order: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -406,6 +411,25 @@ class EngineState:
             return [x / y for x, y in pairs if y > 0]
         return [y / x for x, y in pairs if x > 0]
 
+    # --- what the report asks of every engine (the rule engine's layers refine both) -------
+    def creep(
+        self, steps: Sequence[Culprit], seen: Sequence[tuple[int, int]]
+    ) -> list[tuple[int, int]]:
+        """Ranges where the level moved with no one step found inside: the level gaps a
+        search (``--all-steps``) searched without pinning one step."""
+        return list(self.creep_gaps)
+
+    @property
+    def confidence_target(self) -> float:
+        """The posterior a named step is meant to hold (the report warns below it)."""
+        return self.policy.confidence
+
+    def beyond_bad_end(self) -> Callable[[float], bool] | None:
+        """For the report: whether a launch value lies clearly beyond the bad endpoint's own
+        level, or None where the engine does not judge it (the model holds such launches
+        slow in its own posterior instead)."""
+        return None
+
     def _run(self) -> _Search:
-        """The search plan, a generator of launch batches (``Engine`` defines it)."""
+        """The search plan, a generator of launch batches (each engine defines it)."""
         raise NotImplementedError

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from perfbisect.bisect.engine_state import EngineState
 from perfbisect.bisect.report.report_model import LaunchUse
-from perfbisect.bisect.rules.engine import Engine
 from perfbisect.bisect.stats import core_launches
 from perfbisect.store.history import LaunchView
 
@@ -30,7 +30,7 @@ class Evidence:
     seqs: list[int]  # the kept launches' indices into the engine's launch order
 
 
-def engine_views(views: list[LaunchView], engine: Engine) -> list[LaunchView | None]:
+def engine_views(views: list[LaunchView], engine: EngineState) -> list[LaunchView | None]:
     """The stored launch behind each of the engine's measured launches, in its launch order:
     the session's measured launches of the engine's configurations, in sequence (a phase
     after the search, like the baseline, comes later; a proxy search's configurations have
@@ -44,7 +44,7 @@ def engine_views(views: list[LaunchView], engine: Engine) -> list[LaunchView | N
     return out
 
 
-def evidence_of(engine: Engine, by_seq: list[LaunchView | None]) -> dict[int, Evidence]:
+def evidence_of(engine: EngineState, by_seq: list[LaunchView | None]) -> dict[int, Evidence]:
     hib = engine.policy.higher_is_better
     past_end = engine.beyond_bad_end()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfbisect.bisect.engine_state import EngineState
 from perfbisect.bisect.report.evidence import Evidence, engine_views, evidence_of
 from perfbisect.bisect.report.report_model import (
     AttributionRow,
@@ -18,7 +19,6 @@ from perfbisect.bisect.report.report_model import (
     times,
 )
 from perfbisect.bisect.report.report_warnings import warnings
-from perfbisect.bisect.rules.engine import Culprit, Engine, Outcome, PointResult
 from perfbisect.bisect.stats import (
     Difference,
     Verdict,
@@ -27,6 +27,7 @@ from perfbisect.bisect.stats import (
     difference_with_spread,
     median,
 )
+from perfbisect.bisect.values import Culprit, Outcome, PointResult
 from perfbisect.config import COMMIT_AXIS, Configuration
 from perfbisect.errors import lead_with_error
 from perfbisect.experiment import Experiment
@@ -64,7 +65,7 @@ def _drift(
     store: Store,
     session_id: int,
     experiment: Experiment,
-    engine: Engine,
+    engine: EngineState,
     position: int,
     role: str,
     now: list[float],
@@ -128,7 +129,9 @@ def _axis_of_step(a: Configuration, b: Configuration) -> str:
     return differing[0] if differing else COMMIT_AXIS
 
 
-def _verification(engine: Engine, views: list[LaunchView], lo: int, hi: int, kept_lo: int) -> str:
+def _verification(
+    engine: EngineState, views: list[LaunchView], lo: int, hi: int, kept_lo: int
+) -> str:
     """What the verification launched, from the session's own launches: which side was
     launched again and how often, so that "verified" never claims more than ran."""
 
@@ -158,7 +161,7 @@ def _verification(engine: Engine, views: list[LaunchView], lo: int, hi: int, kep
 
 def _step(
     experiment: Experiment,
-    engine: Engine,
+    engine: EngineState,
     threshold: float | None,
     c: Culprit,
     evidence: dict[int, Evidence],
@@ -209,7 +212,7 @@ def _step(
     )
 
 
-def _unresolved(engine: Engine, a: int, b: int) -> Unresolved:
+def _unresolved(engine: EngineState, a: int, b: int) -> Unresolved:
     inside = [engine.point(p) for p in sorted(engine.verdicts) if a < p < b]
     reasons = [
         f"position {p.position} {p.verdict.value}"
@@ -225,7 +228,7 @@ def _unresolved(engine: Engine, a: int, b: int) -> Unresolved:
 
 
 def _judged(
-    engine: Engine, p: PointResult, threshold: float | None, named: set[int]
+    engine: EngineState, p: PointResult, threshold: float | None, named: set[int]
 ) -> tuple[Verdict, str | None]:
     """The verdict a row shows, against the threshold the report shows. A verdict reached
     mid-search (on fewer launches, against a threshold that later moved) that the launches
@@ -262,7 +265,7 @@ def _judged(
 
 
 def _path(
-    engine: Engine, threshold: float | None, evidence: dict[int, Evidence], named: set[int]
+    engine: EngineState, threshold: float | None, evidence: dict[int, Evidence], named: set[int]
 ) -> tuple[PathPoint, ...]:
     points = []
     for p in engine.evaluated_points():
@@ -290,7 +293,7 @@ def build_report(
     store: Store,
     session_id: int,
     experiment: Experiment,
-    engine: Engine,
+    engine: EngineState,
     outcome: Outcome,
     log_dir: str | None = None,
     seqs: tuple[int, int] | None = None,
@@ -376,7 +379,7 @@ def build_report(
     )
 
 
-def _seen(engine: Engine, a: int, b: int) -> Unresolved:
+def _seen(engine: EngineState, a: int, b: int) -> Unresolved:
     """A level change the crossing-first search saw between two measured points."""
     pa, pb = engine.point(a), engine.point(b)
     levels = " -> ".join(f"{p.estimate.median:.4g}" if p.estimate else "-" for p in (pa, pb))
@@ -388,7 +391,7 @@ def _seen(engine: Engine, a: int, b: int) -> Unresolved:
     )
 
 
-def _creep(engine: Engine, a: int, b: int) -> Unresolved:
+def _creep(engine: EngineState, a: int, b: int) -> Unresolved:
     pa, pb = engine.point(a), engine.point(b)
     assert pa.estimate is not None and pb.estimate is not None
     rise = pb.estimate.median - pa.estimate.median

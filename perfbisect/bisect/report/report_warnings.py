@@ -4,17 +4,16 @@ how sure it is."""
 
 from __future__ import annotations
 
-from perfbisect.bisect.engine_state import _BURST_REACH
+from perfbisect.bisect.engine_state import _BURST_REACH, EngineState
 from perfbisect.bisect.report.evidence import HELD_SLOW, IN_BURST, NEXT_TO_BURST, Evidence
 from perfbisect.bisect.report.report_model import LaunchUse, PathPoint, Step, counted
-from perfbisect.bisect.rules.audit import AUDIT_TARGET
-from perfbisect.bisect.rules.engine import Engine, Outcome
 from perfbisect.bisect.stats import Verdict, median
+from perfbisect.bisect.values import Outcome
 from perfbisect.store.history import LaunchView
 
 
 def warnings(
-    engine: Engine,
+    engine: EngineState,
     outcome: Outcome,
     unit: str,
     path: tuple[PathPoint, ...],
@@ -27,7 +26,7 @@ def warnings(
             *overlap_warnings(engine, path, steps, outcome.threshold, evidence),
             *burst_warnings(engine, evidence, by_id),
             *taken_back(engine, outcome, unit, evidence),
-            *_low_confidence(outcome),
+            *_low_confidence(outcome, engine.confidence_target),
             *_named_against_threshold(path, steps),
         ]
     )
@@ -39,7 +38,7 @@ def _apart(seqs: list[int]) -> bool:
 
 
 def taken_back(
-    engine: Engine, outcome: Outcome, unit: str, evidence: dict[int, Evidence]
+    engine: EngineState, outcome: Outcome, unit: str, evidence: dict[int, Evidence]
 ) -> list[str]:
     """The first bad configuration measured clearly worse than the bad endpoint: a change
     after it took back part of the regression, so the endpoints' difference understates what
@@ -73,16 +72,16 @@ def taken_back(
     ]
 
 
-def _low_confidence(outcome: Outcome) -> list[str]:
-    """The crossing named although the launches as a whole leave it below the audit's target
+def _low_confidence(outcome: Outcome, target: float) -> list[str]:
+    """The crossing named although the launches as a whole leave it below the engine's target
     (its extra launches were spent): said, with what would add evidence."""
     step = outcome.culprit
-    if step is None or step.confidence is None or step.confidence >= AUDIT_TARGET:
+    if step is None or step.confidence is None or step.confidence >= target:
         return []
     return [
         f"the launches as a whole give position {step.first_bad.position} "
         f"{step.confidence:.0%} of being the first configuration past the threshold (the "
-        f"search asks for {AUDIT_TARGET:.0%}; the launches it may add for that, three times "
+        f"search asks for {target:.0%}; the launches it may add for that, three times "
         "`--max-launches`, were spent): a larger `--max-launches` buys more"
     ]
 
@@ -99,7 +98,7 @@ def _named_against_threshold(path: tuple[PathPoint, ...], steps: tuple[Step, ...
 
 
 def burst_warnings(
-    engine: Engine, evidence: dict[int, Evidence], by_id: dict[int, LaunchView]
+    engine: EngineState, evidence: dict[int, Evidence], by_id: dict[int, LaunchView]
 ) -> list[str]:
     """Launches the engine took out of the evidence because the machine had a burst, each
     counted for what it was (slow itself, or only next to slow ones), and those reused from
@@ -174,7 +173,7 @@ def _reused(uses: list[LaunchUse], by_id: dict[int, LaunchView]) -> int:
 
 
 def _held_slow_warning(
-    engine: Engine, evidence: dict[int, Evidence], by_id: dict[int, LaunchView], at: list[int]
+    engine: EngineState, evidence: dict[int, Evidence], by_id: dict[int, LaunchView], at: list[int]
 ) -> str:
     """The model's reading: the launches its posterior holds slow, counted, and where."""
     uses = [
@@ -201,7 +200,7 @@ def _positions(positions: list[int]) -> str:
 
 
 def overlap_warnings(
-    engine: Engine,
+    engine: EngineState,
     path: tuple[PathPoint, ...],
     steps: tuple[Step, ...],
     threshold: float | None,

@@ -50,6 +50,10 @@ _TOP_BUDGET_FACTOR = 4
 class Engine(Endpoints):
     """The search plan on top of the layers below (see engine_state.py)."""
 
+    @property
+    def confidence_target(self) -> float:
+        return AUDIT_TARGET  # the audit's, whatever --confidence (the model's) says
+
     def _run(self) -> _Search:
         if not (yield from self._endpoints()):
             return

@@ -27,8 +27,8 @@ from collections.abc import Callable, Generator, Sequence
 import numpy as np
 
 from perfbisect.bisect.axis_sets import (
-    AttributionRow,
     AxisPlan,
+    MeasuredConfigurations,
     ddmin,
     join_set,
     mixed,
@@ -50,7 +50,7 @@ from perfbisect.bisect.search.segment import (
     sides,
 )
 from perfbisect.bisect.search.steps import gap_steps
-from perfbisect.bisect.stats import Verdict, median
+from perfbisect.bisect.stats import Verdict
 from perfbisect.bisect.values import Culprit, LaunchResult, Policy, Purpose, Status
 from perfbisect.config import Configuration
 
@@ -60,7 +60,7 @@ _QUESTION_LAUNCHES = 2  # launches one question may take, in units of the policy
 _Steps = Generator[_Batch, list[LaunchResult], tuple[list[tuple[int, int]], list[Culprit]]]
 
 
-class ModelMultiAxis(EngineState):
+class ModelMultiAxis(MeasuredConfigurations, EngineState):
     """The multi-axis search, every question answered by the posterior."""
 
     def __init__(
@@ -71,43 +71,17 @@ class ModelMultiAxis(EngineState):
         policy: Policy | None = None,
         threshold: float | None = None,
     ) -> None:
-        self.good, self.bad = good, bad
-        self.plans = {p.name: p for p in plans}
-        self.attribution: list[AttributionRow] = []
-        self.culprit_sets: list[tuple[str, ...]] = []
-        self._positions = {good.fingerprint: 0, bad.fingerprint: 1}
+        self._start_axes(good, bad, plans)
         self._pairs = Pairs()  # the brackets launched back to back, by every search here
         super().__init__([good, bad], policy, threshold)
-
-    # --- what the report asks of every engine -------------------------------------------
-    @property
-    def bad_end(self) -> int:
-        return 1  # the path grows past both endpoints with every configuration measured
-
-    def creep(self, steps: object, seen: object) -> list[tuple[int, int]]:
-        return list(self.creep_gaps)
-
-    def beyond_bad_end(self) -> None:
-        return None
 
     # --- configurations -----------------------------------------------------------------
     def _at(self, bad_axes: Sequence[str], **override: str) -> int:
         """The position of the configuration bad on ``bad_axes`` (appended when new)."""
-        config = mixed(self.good, self.bad, bad_axes, **override)
-        known = self._positions.get(config.fingerprint)
-        if known is not None:
-            return known
-        self.path.append(config)
-        self._positions[config.fingerprint] = len(self.path) - 1
-        return len(self.path) - 1
+        return self._position_of(mixed(self.good, self.bad, bad_axes, **override))
 
     def _record(self, axes: Sequence[str], position: int) -> None:
-        if any(row.position == position for row in self.attribution):
-            return  # ddmin asks about some subsets again; one row each
-        values = self.launches.get(position)
-        effect = median(values) - median(self.launches[0]) if values else None
-        verdict = self.verdicts.get(position, Verdict.UNCLEAR)
-        self.attribution.append(AttributionRow(tuple(axes), position, verdict, effect))
+        self._add_row(axes, position, self.verdicts.get(position, Verdict.UNCLEAR))
 
     # --- the search -------------------------------------------------------------------------
     def _run(self) -> _Search:

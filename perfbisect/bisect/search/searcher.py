@@ -54,13 +54,6 @@ class ModelEngine(EngineState):
         self.pairs = Pairs()  # the brackets launched back to back, by every search here
         super().__init__(path, policy, threshold)  # type: ignore[arg-type]
 
-    # --- what the report asks of every engine -------------------------------------------
-    def creep(self, steps: object, seen: object) -> list[tuple[int, int]]:
-        return list(self.creep_gaps)  # gaps --all-steps searched without one step (steps.py)
-
-    def beyond_bad_end(self) -> None:
-        return None
-
     # --- the search -------------------------------------------------------------------------
     def _run(self) -> _Search:
         yield from self._search_path()

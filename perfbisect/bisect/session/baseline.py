@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfbisect.bisect.rules.engine import LaunchRequest, LaunchResult, PointResult, Purpose
 from perfbisect.bisect.search.model import point_level
+from perfbisect.bisect.values import LaunchRequest, LaunchResult, PointResult, Purpose
 from perfbisect.config import Configuration
 
 ROUNDS = 2  # with/without pairs per endpoint

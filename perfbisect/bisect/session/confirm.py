@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from perfbisect.bisect.rules.engine import LaunchRequest, LaunchResult, PointResult, Policy, Purpose
 from perfbisect.bisect.stats import Difference, core_launches, difference, median, own_rel_sd
+from perfbisect.bisect.values import LaunchRequest, LaunchResult, PointResult, Policy, Purpose
 from perfbisect.config import Configuration
 from perfbisect.errors import lead_with_error
 

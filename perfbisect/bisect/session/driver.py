@@ -19,15 +19,15 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from perfbisect import interrupts
-from perfbisect.bisect.rules.engine import (
+from perfbisect.bisect.session.prior import PathPrior
+from perfbisect.bisect.stats import median
+from perfbisect.bisect.values import (
     LaunchRequest,
     LaunchResult,
     PointResult,
     Policy,
     Purpose,
 )
-from perfbisect.bisect.session.prior import PathPrior
-from perfbisect.bisect.stats import median
 from perfbisect.config import Configuration
 from perfbisect.errors import PerfbisectError, StepFailed, lead_with_error
 from perfbisect.executors.registry import make_target

@@ -5,11 +5,10 @@ launches in the same order."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from perfbisect.bisect.axis_sets import AxisPlan
-from perfbisect.bisect.multiaxis import MultiAxisEngine
-from perfbisect.bisect.rules.engine import Engine
+from perfbisect.bisect.engine_state import EngineState
 from perfbisect.bisect.search.attribution import ModelMultiAxis
 from perfbisect.bisect.search.searcher import ModelEngine
 from perfbisect.bisect.session.prior import PathPrior
@@ -24,18 +23,22 @@ def make_engine(
     threshold: float | None,
     kind: str = "model",
     prior: PathPrior | None = None,
-) -> Engine:
+) -> EngineState:
     """One path: the binary search (or, with ``kind="model"``, the search as one posterior,
     crossing first or every step, with ``prior`` over the path's positions); several axes (or
     a patch set): the multi-axis search."""
+    # The rule engine (`--engine rules`, kept for comparison) is imported only when asked for:
+    # no other module of a session or report names it (tests/test_architecture.py).
     if plans:
         axis_plans = [AxisPlan.from_json(p) for p in plans]
         if kind == "model":
-            return cast(Engine, ModelMultiAxis(path[0], path[-1], axis_plans, policy, threshold))
+            return ModelMultiAxis(path[0], path[-1], axis_plans, policy, threshold)
+        from perfbisect.bisect.rules.multiaxis import MultiAxisEngine
+
         return MultiAxisEngine(path[0], path[-1], axis_plans, policy, threshold)
     if kind == "model":
-        # Duck-typed: ModelEngine has every attribute the driver and the report read
-        # (tests/test_model_engine.py runs a whole session through it).
         weights, note = (prior.weights(), prior.note()) if prior else (None, "")
-        return cast(Engine, ModelEngine(path, policy, threshold, weights, note))
+        return ModelEngine(path, policy, threshold, weights, note)
+    from perfbisect.bisect.rules.engine import Engine
+
     return Engine(path, policy, threshold)

@@ -16,10 +16,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from perfbisect.bisect.rules.engine import Engine, LaunchRequest, LaunchResult, Outcome, PointResult
+from perfbisect.bisect.engine_state import EngineState
 from perfbisect.bisect.session.driver import _Searcher
 from perfbisect.bisect.session.engines import make_engine
-from perfbisect.bisect.values import Policy, Status
+from perfbisect.bisect.values import (
+    LaunchRequest,
+    LaunchResult,
+    Outcome,
+    PointResult,
+    Policy,
+    Status,
+)
 from perfbisect.config import COMMIT_AXIS, Configuration
 from perfbisect.targets.gitrepo import GitRepo
 
@@ -66,7 +73,7 @@ class Shifted:
     """A search whose positions are numbered ``offset`` on: the driver records its launches
     and verdicts at positions no other search of the session uses."""
 
-    def __init__(self, engine: Engine, offset: int) -> None:
+    def __init__(self, engine: EngineState, offset: int) -> None:
         self.engine, self.offset = engine, offset
 
     def next_batch(self) -> list[LaunchRequest]:
@@ -89,7 +96,7 @@ class Descent:
     merge_config: Configuration
     merge_position: int  # the merge's position in the session (numbered on, when nested)
     offset: int  # the session position of the branch's first commit (its merge base)
-    engine: Engine | None = None
+    engine: EngineState | None = None
     first_seq: int = 0
     end_seq: int = 0
 

@@ -11,11 +11,9 @@ from pathlib import Path
 
 import tomllib
 
-from perfbisect.bisect.multiaxis import MultiAxisEngine
+from perfbisect.bisect.engine_state import EngineState
 from perfbisect.bisect.report.report import build_report
 from perfbisect.bisect.report.report_model import Report, ReportStatus, counted
-from perfbisect.bisect.rules.engine import Culprit, Engine, Outcome, Status
-from perfbisect.bisect.search.attribution import ModelMultiAxis
 from perfbisect.bisect.session.driver import (
     _digest,
     _replayed,
@@ -28,7 +26,7 @@ from perfbisect.bisect.session.merge_report import with_descent
 from perfbisect.bisect.session.merges import Descent, descend
 from perfbisect.bisect.session.session import resume_command, stored_options
 from perfbisect.bisect.stats import Verdict, difference
-from perfbisect.bisect.values import LaunchRequest
+from perfbisect.bisect.values import Culprit, LaunchRequest, Outcome, Status
 from perfbisect.config import Configuration
 from perfbisect.errors import ExperimentError
 from perfbisect.experiment import Experiment, load_experiment, parse_experiment
@@ -62,7 +60,7 @@ def _matched(stored: dict[int, LaunchView], seq: int, batch: Sequence[LaunchRequ
     return made
 
 
-def _replay(stored: dict[int, LaunchView], engine: Engine) -> tuple[int, int]:
+def _replay(stored: dict[int, LaunchView], engine: EngineState) -> tuple[int, int]:
     """Feed the engine the session's stored launches, batch by batch, while they match what
     it asks for: the launches fed, and how many of the batch it asks for next the session
     made before it stopped (a back-to-back pair interrupted after its first launch: the
@@ -120,7 +118,7 @@ def _stored_descent(
     stored: dict[int, LaunchView],
     row: SessionRow,
     experiment: Experiment,
-    engine: Engine,
+    engine: EngineState,
     fed: int,
 ) -> list[Descent]:
     """The searches inside the merge the finished search named, as far as the stored
@@ -148,10 +146,10 @@ def _stored_descent(
     return descents if unfinished is None else descents[: unfinished + 1]
 
 
-def _bracket(engine: Engine) -> tuple[int, int] | None:
+def _bracket(engine: EngineState) -> tuple[int, int] | None:
     """The last good and the first crossed configuration on the path so far (one path: the
     multi-axis search's configurations are not in path order)."""
-    if isinstance(engine, (MultiAxisEngine, ModelMultiAxis)) or engine.threshold is None:
+    if not engine.in_path_order or engine.threshold is None:
         return None
     sign = -1.0 if engine.policy.higher_is_better else 1.0
 

@@ -17,14 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from perfbisect.bisect.axis_sets import AxisPlan
+from perfbisect.bisect.engine_state import EngineState
 from perfbisect.bisect.report.report import build_report
 from perfbisect.bisect.report.report_model import Fidelity, FullModelCheck, Report, counted
-from perfbisect.bisect.rules.engine import (
-    Engine,
-    Outcome,
-    Purpose,
-    Status,
-)
 from perfbisect.bisect.session.baseline import BaselineRuns, SpeedupRow
 from perfbisect.bisect.session.confirm import Confirmation, PairToConfirm
 from perfbisect.bisect.session.driver import (
@@ -44,6 +39,11 @@ from perfbisect.bisect.session.merges import Descent, descend
 from perfbisect.bisect.session.prior import PathPrior, path_prior
 from perfbisect.bisect.session.specs import resolve_endpoints
 from perfbisect.bisect.session.unmatched import StopWhenNothingMatches
+from perfbisect.bisect.values import (
+    Outcome,
+    Purpose,
+    Status,
+)
 from perfbisect.config import Configuration
 from perfbisect.errors import ExperimentError, MetricMatchedNothing, StoreError
 from perfbisect.executors.registry import make_target
@@ -298,9 +298,9 @@ class _Phases:
     proxy, the proxy's own search (when the search fell back to full launches) and the
     full-model confirmation."""
 
-    engine: Engine
+    engine: EngineState
     proxy: ProxySpec | None = None
-    proxy_engine: Engine | None = None
+    proxy_engine: EngineState | None = None
     fallback: str | None = None
     confirmation: Confirmation | None = None
     descents: list[Descent] = field(default_factory=list)  # searched inside a merge

@@ -16,14 +16,15 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Sequence
 
 from perfbisect.bisect.axis_sets import (
-    AttributionRow,
     AxisPlan,
+    MeasuredConfigurations,
     ddmin,
     join_set,
     mixed,
     split_set,
     summary,
 )
+from perfbisect.bisect.engine_state import EngineState
 from perfbisect.bisect.rules.engine import (
     Culprit,
     Engine,
@@ -36,7 +37,7 @@ from perfbisect.bisect.rules.engine import (
     _Segment,
     midpoint,
 )
-from perfbisect.bisect.stats import OUTLIER_RATIO, Verdict, median
+from perfbisect.bisect.stats import OUTLIER_RATIO, Verdict
 from perfbisect.config import Configuration
 
 DDMIN_ATTEMPTS = 2  # a ddmin run whose result does not hold up is run once more
@@ -56,7 +57,7 @@ _GenBool = Generator[_Batch, list[LaunchResult], bool]
 _GenList = Generator[_Batch, list[LaunchResult], list[str]]
 
 
-class MultiAxisEngine(Engine):
+class MultiAxisEngine(MeasuredConfigurations, Engine):
     def __init__(
         self,
         good: Configuration,
@@ -65,26 +66,13 @@ class MultiAxisEngine(Engine):
         policy: Policy | None = None,
         threshold: float | None = None,
     ) -> None:
-        self.good, self.bad = good, bad
-        self.plans = {p.name: p for p in plans}
-        self.attribution: list[AttributionRow] = []
-        self.culprit_sets: list[tuple[str, ...]] = []
-        self._positions = {good.fingerprint: 0, bad.fingerprint: 1}
+        self._start_axes(good, bad, plans)
         super().__init__([good, bad], policy, threshold)
 
     # ---- configurations ---------------------------------------------------------------------
 
-    @property
-    def bad_end(self) -> int:
-        return 1  # the path grows past both endpoints with every configuration measured
-
     def _position(self, config: Configuration) -> int:
-        known = self._positions.get(config.fingerprint)
-        if known is not None:
-            return known
-        self.path.append(config)
-        self._positions[config.fingerprint] = len(self.path) - 1
-        return len(self.path) - 1
+        return self._position_of(config)
 
     def _config(self, bad_axes: Sequence[str], **override: str) -> Configuration:
         return mixed(self.good, self.bad, bad_axes, **override)
@@ -137,14 +125,10 @@ class MultiAxisEngine(Engine):
 
     def _record(self, axes: Sequence[str], config: Configuration) -> None:
         position = self._position(config)
-        if any(row.position == position for row in self.attribution):
-            return  # ddmin tests some subsets again; one row each
-        values = self.launches.get(position)
-        effect = median(values) - median(self.launches[0]) if values else None
         verdict = (
             self._top.verdicts.get(position, Verdict.UNCLEAR) if self._top else Verdict.UNCLEAR
         )
-        self.attribution.append(AttributionRow(tuple(axes), position, verdict, effect))
+        self._add_row(axes, position, verdict)
 
     # ---- the search -------------------------------------------------------------------------
 
@@ -373,7 +357,7 @@ class MultiAxisEngine(Engine):
     ) -> list[tuple[int, int]]:
         """Positions here are configurations in the order they were first measured, not a
         path: only level gaps searched along a path axis without one step are creep."""
-        return list(self.creep_gaps)
+        return EngineState.creep(self, steps, seen)
 
     def _inner(
         self, axis: str, held: list[str]
