@@ -216,11 +216,14 @@ def test_a_crossing_named_below_the_audit_target_is_said_in_the_report() -> None
         culprit = Culprit(point(6), point(7), Difference(10.0, 8.0, 12.0), True, None, confidence)
         return Outcome(Status.FOUND, 22.0, "found", culprit, (), 9, 12, (culprit,))
 
-    warned = _low_confidence(outcome(0.93))
+    warned = _low_confidence(outcome(0.93), 0.99)
     assert len(warned) == 1 and "position 7 93% of being the first configuration" in warned[0]
     assert "--max-launches" in warned[0]
-    assert _low_confidence(outcome(0.995)) == []
-    assert _low_confidence(outcome(None)) == []  # no audit ran (every step mapped)
+    assert _low_confidence(outcome(0.995), 0.99) == []
+    assert _low_confidence(outcome(None), 0.99) == []  # no audit ran (every step mapped)
+    # The target is the engine's own (--confidence): 97% is short of a 99.5% target only.
+    assert _low_confidence(outcome(0.97), 0.95) == []
+    assert len(_low_confidence(outcome(0.97), 0.995)) == 1
 
 
 def test_a_busy_period_over_a_run_of_points_is_the_machine_not_a_step() -> None:
