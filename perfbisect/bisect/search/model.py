@@ -16,7 +16,8 @@ What it assumes (every rule of the search follows from these and nothing else):
   of it back, or creep). A derived threshold is the geometric midpoint of the endpoints'
   levels, and those levels are read from the endpoints' launches the chain holds normal;
 * launches: log-normal around their point's level with the session's noise, except lone
-  outliers (``OUTLIER`` of launches, 1.15-3x slower, never faster) and the machine's state;
+  outliers (``OUTLIER`` of launches, 1.15-3x slower; ``WIDE``, off their level either way,
+  three noise widths wide) and the machine's state;
 * the machine: normal, or busy, following a Markov chain over the launch order. Half of the
   busy periods keep one slow-down factor (a grid over 1.3-3x) while they last; in the other
   half each launch draws its own factor from that grid (load that varies launch by launch).
@@ -27,7 +28,10 @@ What it assumes (every rule of the search follows from these and nothing else):
 * plateaus read from the points (see ``_plateaus``) are a hypothesis weighed against none
   (even odds), as the endpoints' slow-downs are: slow launches of a busy period scattered
   along the path read like a plateau worse than the bad end, and a plateau taken as given
-  explained them without the period, which then named a wrong neighbour at 99%.
+  explained them without the period, which then named a wrong neighbour at 99%. A plateau's
+  level is fitted to its own launches, so it pays its Occam factor (``_occam``: the width its
+  launches pin the level to, against the range a plateau's level may take), as a busy
+  period's factor pays for its grid: unpaid, a steady period read as a plateau for free.
 
 The forward algorithm (machine.py) runs once per gap (vectorised over gaps and both chains),
 so the posterior is exact for the model, not a point estimate of the machine's state; with
@@ -37,6 +41,7 @@ numpy, no I/O.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -57,18 +62,31 @@ from perfbisect.bisect.search.machine import (
 
 OUTLIER = 0.03  # lone slow launches, whatever the machine's state
 # The endpoints' launches ran in busy periods, each end's slowed by one of these factors (log).
-# Priors: neither was (0.88); both alike, one period over the endpoint phase (0.02 each
-# factor); one end's and not the other's (0.019 each: an end launched again later on a quiet
-# machine reads its level from those launches, and the other end's may all have run in
-# periods: in seeded busy worlds the bad end's launches, each in a period, set a level twice
-# that of the points past the step, which then read as a plateau below the threshold; 0.002
-# named such worlds wrong at >= 99%); each end by a factor of its own (0.0004 each).
-SHIFTS = np.log(np.asarray([1.0, 1.5, 2.0, 2.5]))
-_END_SHIFTS = [(0, 0), (1, 1), (2, 2), (3, 3)] + [
-    (i, k) for i in range(4) for k in range(4) if i != k
+# Priors: neither was (0.88); both alike, one period over the endpoint phase (0.06 over the
+# factors); one end's and not the other's (0.057 each end, over the factors: an end launched
+# again later on a quiet machine reads its level from those launches, and the other end's may
+# all have run in periods: in seeded busy worlds the bad end's launches, each in a period,
+# set a level twice that of the points past the step, which then read as a plateau below the
+# threshold); each end by a factor of its own (0.0024 over the pairs). The grid is as fine as
+# a level must be read: at 1.5x, 2x and 2.5x alone a good end launched twice at 1.78x and
+# 1.6x read 12% off its level (3.5 noise widths) on every factor, and the good points, at
+# their true level, read as a plateau of their own below a threshold the shift set too low
+# (the search table's real history, trial 198: a wrong step at 99.99999%).
+END_FACTORS = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5)
+SHIFTS = np.log(np.asarray(END_FACTORS))
+_SHIFTED = len(END_FACTORS) - 1
+_END_SHIFTS = [(i, i) for i in range(len(END_FACTORS))] + [
+    (i, k) for i in range(len(END_FACTORS)) for k in range(len(END_FACTORS)) if i != k
 ]
 _END_SHIFT_PRIOR = np.log(
-    np.asarray([0.88, 0.02, 0.02, 0.02] + [0.019 if 0 in ik else 0.0004 for ik in _END_SHIFTS[4:]])
+    np.asarray(
+        [0.88]
+        + [0.06 / _SHIFTED] * _SHIFTED
+        + [
+            0.057 / _SHIFTED if 0 in ik else 0.0024 / (_SHIFTED * (_SHIFTED - 1))
+            for ik in _END_SHIFTS[len(END_FACTORS) :]
+        ]
+    )
 )
 
 
@@ -148,7 +166,7 @@ def _emissions(
     point at ``levels`` (per launch)."""
     spread = math.hypot(sd, _BUSY_SPREAD)
     u = np.asarray(xs - levels, dtype=np.float64)  # numpy 2.2's stubs widen the difference
-    loose = math.log(OUTLIER) + _log_slow_grid(u)
+    loose = _loose(u, sd)
     normal = np.logaddexp(math.log(1 - OUTLIER) + _log_normal_grid(u, sd), loose)
     per_factor = _log_normal_grid(u[:, None] - _F[None, :], spread)
     busy = np.logaddexp(math.log(1 - OUTLIER) + per_factor, loose[:, None])
@@ -160,12 +178,27 @@ def _emissions(
     )
 
 
+# Launches off their level by more than the session's noise says, either way (the noise is
+# read from each point's core launches, so its tails are thinner than the machine's): a bad
+# end's launch 26% fast (3.3 sd of an 8% noise) set its level low, and the points past the step
+# read as a plateau worse than it (the search table's shift 8%, trial 54: a wrong step at 99.97%).
+WIDE = 0.001
+
+
+def _loose(u: NDArray[np.float64], sd: float) -> NDArray[np.float64]:
+    """Log-density of a launch off its level by ``u`` (log) outside the machine's state: a
+    lone slow outlier, or a draw three noise widths wide either way."""
+    slow = math.log(OUTLIER) + _log_slow_grid(u)
+    wide = math.log(WIDE) + _log_normal_grid(u, 3 * sd)
+    return np.asarray(np.logaddexp(slow, wide), dtype=np.float64)
+
+
 def _outlier_share(
     xs: NDArray[np.float64], levels: NDArray[np.float64], sd: float
 ) -> NDArray[np.float64]:
     """Each launch's log probability, in the normal state, of being a lone outlier."""
     u = np.asarray(xs - levels, dtype=np.float64)
-    loose = math.log(OUTLIER) + _log_slow_grid(u)
+    loose = _loose(u, sd)
     return np.asarray(
         loose - np.logaddexp(math.log(1 - OUTLIER) + _log_normal_grid(u, sd), loose),
         dtype=np.float64,
@@ -215,6 +248,7 @@ def believe(
     points = np.unique(pos)
     idx = np.searchsorted(points, pos)
     own = np.asarray([point_level(xs[idx == i]) for i in range(len(points))])
+    counts = np.bincount(idx, minlength=len(points))
     good, bad = _end_levels((xs[idx == 0], xs[idx == len(points) - 1]), own, threshold, sd)
     n_good, n_bad = int(np.sum(idx == 0)), int(np.sum(idx == len(points) - 1))
     gaps = len(points) - 1
@@ -241,14 +275,21 @@ def believe(
         if (i or k) and b <= g + 0.02:
             continue  # a bad end not 2% worse than the good one explains no search
         t_log = math.log(threshold) if threshold is not None else (g + b) / 2
-        lo, hi = _plateaus(own, g, b, t_log, sd)
+        below, past = _plateaus(own, counts, g, b, t_log, sd)
         # Plateaus read from the points are a hypothesis too, weighed against none: busy
         # periods slow points scattered along the path, and taking those as a plateau worse
         # than the bad end freed the machine's chain from the period that explained them all
         # (tests/test_model_engine.py, the worlds with slow points scattered by busy periods).
-        plateaus = [(lo, hi)] if (lo, hi) == (g, b) else [(lo, hi), (g, b)]
-        for lo, hi in plateaus:
-            priors.append(shift_prior - math.log(len(plateaus)))
+        # Their levels are fitted, so they pay their Occam factor (a steady period read as a
+        # plateau for free named a wrong neighbour at 99.94%: the same file, busy worlds whose
+        # period read as a plateau).
+        # Each side's plateau is weighed on its own: a real plateau below the threshold must
+        # not need a busy period's slow points past it read as a plateau too.
+        lows = [(g, 0.0)] if below[0] == g else [below, (g, 0.0)]
+        highs = [(b, 0.0)] if past[0] == b else [past, (b, 0.0)]
+        for (lo, paid_lo), (hi, paid_hi) in itertools.product(lows, highs):
+            side_odds = math.log(len(lows)) + math.log(len(highs))
+            priors.append(shift_prior - side_odds + paid_lo + paid_hi)
             levels.append((g, b, t_log, lo, hi))
             at_below = _side_levels(xs, idx, len(points), g, lo, sd)
             at_past = _side_levels(xs, idx, len(points), b, hi, sd)
@@ -327,26 +368,50 @@ def _end_levels(
     out = []
     for launches, side in zip(ends, (inner < t_log, inner >= t_log)):
         centre = point_level(launches)
-        near = inner[side & (np.abs(inner - centre) <= tol)]
+        # A point pooled with an end is nearer its level than the threshold: with 5% noise,
+        # points of a middle level 21% below the bad end read within the tolerance of it,
+        # pulled the bad end's level down to theirs and the threshold under them (two steps
+        # 19 -> 23 -> 29, the search table's trials 34, 143 and 150: the first step named at
+        # 99.9%).
+        close = side & (np.abs(inner - centre) <= tol)
+        close &= np.abs(inner - centre) < np.abs(inner - t_log)
+        near = inner[close]
         mine = launches[np.abs(launches - centre) <= tol]
         out.append(float(np.median(np.concatenate([mine, near]))) if len(near) >= 2 else None)
     return (out[0] if out[0] is not None else good), (out[1] if out[1] is not None else bad)
 
 
+# How far past the threshold a plateau beyond the bad end's level may lie (log; 2x the bad
+# end): the range its Occam factor weighs its fitted level against.
+PAST_REACH = math.log(2.0)
+
+
+def _occam(width: float, launches: int, sd: float) -> float:
+    """log of a plateau's Occam factor: its level, fitted to its ``launches``, is one of the
+    levels in a range ``width`` wide (log) it could have taken; the hypothesis is worth the
+    share of that range its launches pin the level to (the likelihood's width, sqrt(2 pi) sd /
+    sqrt(k)), as a busy period's factor pays for its grid. Never more than even odds."""
+    fitted = math.sqrt(2 * math.pi) * sd / math.sqrt(max(1, launches))
+    return min(0.0, math.log(fitted / max(width, fitted)))
+
+
 def _plateaus(
     own: NDArray[np.float64],
+    counts: NDArray[np.int64],
     good: float,
     bad: float,
     t_log: float,
     sd: float,
-) -> tuple[float, float]:
+) -> tuple[tuple[float, float], tuple[float, float]]:
     """The level of a plateau on each side, shared by every point on it (levels come in runs:
     a plateau's points pool their launches, and a point that reads like the plateau is not
     past the threshold by a level of its own). Below: the points between the good level and
     the threshold; past: the points clearly past it but clearly apart from the bad level (a
-    later commit took part of it back). The end's level where no point shows one."""
-    inner = own[1:-1]
-    lower = inner[(inner > good + 3 * sd) & (inner < t_log)]
+    later commit took part of it back). The end's level where no point shows one. Each with
+    the log Occam factor a plateau read there pays, weighed on the launches of its points."""
+    inner, inner_n = own[1:-1], counts[1:-1]
+    on_lower = (inner > good + 3 * sd) & (inner < t_log)
+    lower = inner[on_lower]
     # A plateau worse than the bad end is a run of points: one point alone sets none there (its
     # own launches would set the level they are judged against, and a slow launch is never
     # fast, so only that side is one busy period away from any point). On this machine, with
@@ -354,10 +419,16 @@ def _plateaus(
     # a past plateau of its own at 9.3 ms against a bad end of 6.7, and was named the culprit
     # at 99.5% (tests/test_model_engine.py, the live sequence). Between the threshold and the
     # bad end one point may hold a level of its own (a patch stack's intermediate step).
-    upper = inner[(inner >= t_log + 3 * sd) & (np.abs(inner - bad) > 3 * sd)]
-    beyond = upper > bad
-    if np.sum(beyond) == 1:
-        upper = upper[~beyond]
-    below = float(np.median(lower)) if len(lower) else good
-    past = float(np.median(upper)) if len(upper) else bad
+    on_upper = (inner >= t_log + 3 * sd) & (np.abs(inner - bad) > 3 * sd)
+    if np.sum(on_upper & (inner > bad)) == 1:
+        on_upper &= inner <= bad
+    upper = inner[on_upper]
+    below = (good, 0.0)
+    if len(lower):
+        paid = _occam(t_log - good, int(inner_n[on_lower].sum()), sd)
+        below = (float(np.median(lower)), paid)
+    past = (bad, 0.0)
+    if len(upper):
+        paid = _occam(bad - t_log + PAST_REACH, int(inner_n[on_upper].sum()), sd)
+        past = (float(np.median(upper)), paid)
     return below, past
