@@ -223,8 +223,12 @@ def test_load_worlds_the_model_named_wrong_at_99_are_named_right(trial: int) -> 
 def _named_right_at_99(scenario: str, seed: int) -> None:
     """A seeded world of a load scenario (``random.Random(seed)``) named right at >= 99%."""
     bench = _bench()
-    world = getattr(bench, scenario)(1024, random.Random(seed), 0.04, 0.03, False)
-    result = bench.run_perfbisect(world, 1024, Policy(), model=True)
+    _world_named_right_at_99(getattr(bench, scenario)(1024, random.Random(seed), 0.04, 0.03, False))
+
+
+def _world_named_right_at_99(world: Any) -> None:
+    """A benchmark world searched by the model: its culprit named, at >= 99%."""
+    result = _bench().run_perfbisect(world, 1024, Policy(), model=True)
     assert result.status is Status.FOUND and result.correct, (result.named, world.culprit)
     assert result.confidence is not None and result.confidence >= 0.99
 
@@ -351,12 +355,10 @@ SEARCH_WRONG_BEFORE_WIDE_LAUNCHES = [
 def test_a_fast_launch_or_an_end_read_off_its_level_names_no_wrong_step(
     scenario: str, trial: int
 ) -> None:
-    bench = _bench()
-    _, make, shift, outliers, failures = next(s for s in bench.SCENARIOS if s[0] == scenario)
-    world = make(1024, random.Random(1_000_003 + trial), shift, outliers, failures)
-    result = bench.run_perfbisect(world, 1024, Policy(), model=True)
-    assert result.status is Status.FOUND and result.correct, (result.named, world.culprit)
-    assert result.confidence is not None and result.confidence >= 0.99
+    _, make, shift, outliers, failures = next(s for s in _bench().SCENARIOS if s[0] == scenario)
+    _world_named_right_at_99(
+        make(1024, random.Random(1_000_003 + trial), shift, outliers, failures)
+    )
 
 
 def test_the_next_launchs_state_is_read_given_the_side_it_tests() -> None:

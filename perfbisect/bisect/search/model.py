@@ -161,9 +161,10 @@ def point_level(xs: NDArray[np.float64]) -> float:
 
 def _emissions(
     xs: NDArray[np.float64], levels: NDArray[np.float64], sd: float
-) -> NDArray[np.float64]:
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Log-density of each launch in each machine state (normal, then the busy factors), its
-    point at ``levels`` (per launch)."""
+    point at ``levels`` (per launch); and each launch's log probability, in the normal state,
+    of being a lone outlier (the per-launch slow probability reads it)."""
     spread = math.hypot(sd, _BUSY_SPREAD)
     u = np.asarray(xs - levels, dtype=np.float64)  # numpy 2.2's stubs widen the difference
     loose = _loose(u, sd)
@@ -173,9 +174,8 @@ def _emissions(
     # Busy launch by launch: any factor of the grid, each as likely, drawn anew every launch.
     anyone = np.logaddexp.reduce(per_factor, axis=1) - math.log(_K)
     unsteady = np.logaddexp(math.log(1 - OUTLIER) + anyone, loose)
-    return np.asarray(
-        np.concatenate([normal[:, None], busy, unsteady[:, None]], axis=1), dtype=np.float64
-    )
+    states = np.concatenate([normal[:, None], busy, unsteady[:, None]], axis=1)
+    return np.asarray(states, dtype=np.float64), np.asarray(loose - normal, dtype=np.float64)
 
 
 # Launches off their level by more than the session's noise says, either way (the noise is
@@ -191,18 +191,6 @@ def _loose(u: NDArray[np.float64], sd: float) -> NDArray[np.float64]:
     slow = math.log(OUTLIER) + _log_slow_grid(u)
     wide = math.log(WIDE) + _log_normal_grid(u, 3 * sd)
     return np.asarray(np.logaddexp(slow, wide), dtype=np.float64)
-
-
-def _outlier_share(
-    xs: NDArray[np.float64], levels: NDArray[np.float64], sd: float
-) -> NDArray[np.float64]:
-    """Each launch's log probability, in the normal state, of being a lone outlier."""
-    u = np.asarray(xs - levels, dtype=np.float64)
-    loose = _loose(u, sd)
-    return np.asarray(
-        loose - np.logaddexp(math.log(1 - OUTLIER) + _log_normal_grid(u, sd), loose),
-        dtype=np.float64,
-    )
 
 
 def _side_levels(
@@ -250,9 +238,11 @@ def believe(
     own = np.asarray([point_level(xs[idx == i]) for i in range(len(points))])
     counts = np.bincount(idx, minlength=len(points))
     good, bad = _end_levels((xs[idx == 0], xs[idx == len(points) - 1]), own, threshold, sd)
-    n_good, n_bad = int(np.sum(idx == 0)), int(np.sum(idx == len(points) - 1))
+    n_good, n_bad = int(counts[0]), int(counts[-1])
     gaps = len(points) - 1
-    levels, e_below, e_past = [], [], []
+    levels = []
+    e_below: list[NDArray[np.float64]] = []  # each launch's log-density in each machine state
+    e_past: list[NDArray[np.float64]] = []
     o_below: list[NDArray[np.float64]] = []  # log share of a lone outlier in the normal state
     o_past: list[NDArray[np.float64]] = []
     # Only launches that no level read from the endpoints explains make the shifts worth
@@ -287,16 +277,16 @@ def believe(
         # not need a busy period's slow points past it read as a plateau too.
         lows = [(g, 0.0)] if below[0] == g else [below, (g, 0.0)]
         highs = [(b, 0.0)] if past[0] == b else [past, (b, 0.0)]
+        side_odds = math.log(len(lows)) + math.log(len(highs))
         for (lo, paid_lo), (hi, paid_hi) in itertools.product(lows, highs):
-            side_odds = math.log(len(lows)) + math.log(len(highs))
             priors.append(shift_prior - side_odds + paid_lo + paid_hi)
             levels.append((g, b, t_log, lo, hi))
             at_below = _side_levels(xs, idx, len(points), g, lo, sd)
             at_past = _side_levels(xs, idx, len(points), b, hi, sd)
-            e_below.append(_emissions(xs, at_below, sd))
-            e_past.append(_emissions(xs, at_past, sd))
-            o_below.append(_outlier_share(xs, at_below, sd))
-            o_past.append(_outlier_share(xs, at_past, sd))
+            for at, to_e, to_o in ((at_below, e_below, o_below), (at_past, e_past, o_past)):
+                states, outlier = _emissions(xs, at, sd)
+                to_e.append(states)
+                to_o.append(outlier)
     loglik, alpha = _forward(np.asarray(e_below), np.asarray(e_past), idx, gaps)
     if weights is None:
         mass = np.diff(points).astype(np.float64)  # a gap's prior: its positions
