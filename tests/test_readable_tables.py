@@ -101,3 +101,52 @@ def test_a_terminal_too_narrow_for_the_short_columns_still_shows_every_column(
     widths = [len(part) for part in top.strip("┏┓").split("┳")]
     assert len(widths) == 9 and min(widths) >= 3, top  # no column squeezed to nothing
     assert len(_rows(narrow.stdout, [v["id"] for v in launches])) == len(launches)
+
+
+def test_a_launch_log_in_a_narrow_terminal_names_its_folder_once_and_each_file_whole(
+    cli: Cli, tmp_path: Path
+) -> None:
+    _session_with_a_crash(cli, tmp_path)
+    entries = cli.json("bisect", "log", "--json")
+    # the session's logs, an explanation's launches in a folder below it
+    folder = Path(entries[0]["log"]).parent
+    assert all(Path(e["log"]).is_relative_to(folder) for e in entries)
+    assert any(Path(e["log"]).parent != folder for e in entries)
+    cli.env["COLUMNS"] = "80"
+    narrow = cli.run("bisect", "log")
+    assert narrow.returncode == 0, narrow.stderr
+    lines = narrow.stdout.splitlines()
+    # the folder said once, above the table, whole on its line (to be copied); the rest fits
+    said = [line for line in lines if line.startswith("logs in ")]
+    assert said == [f"logs in {folder}/"], said
+    rest = [line for line in lines if line not in said]
+    assert max(len(line) for line in rest) <= 80, max(rest, key=len)
+    # a borderless table: a row starts with its launch's number and id, folds under them
+    rows: dict[int, list[str]] = {}
+    for line in lines[lines.index(next(x for x in lines if x.startswith("───"))) + 1 :]:
+        words = line.split()
+        if len(words) > 2 and words[0].isdigit() and words[1].isdigit():
+            rows[int(words[0])] = [line]
+        elif rows and line.startswith(" "):
+            rows[max(rows)].append(line)
+        else:
+            break
+    assert sorted(rows) == [e["seq"] for e in entries]
+    start = next(x for x in lines if x.startswith("#  id")).index(" log") + 1
+    for e in entries:
+        row = rows[e["seq"]]
+        # each launch's log named within the folder (an explanation's folds at its folder's
+        # slash, the session's own on one line), and its commit's short hash whole
+        name = str(Path(e["log"]).relative_to(folder))
+        assert "".join(line[start:].strip() for line in row) == name, row
+        # a launch on one line a folder of its path (the log path had taken twelve)
+        assert len(row) == name.count("/") + 1, "\n".join(row)
+        assert e["config"]["commit"][:12] in row[0], row
+    # the crash's long reason said once above, keyed from its row, not folded down the table
+    crash = next(e for e in entries if e["value"] is None)
+    assert "failed [1]" in rows[crash["seq"]][0]
+    assert any(x.startswith("[1] ") and "illegal memory access" in x for x in lines)
+    del cli.env["COLUMNS"]
+    wide = cli.run("bisect", "log")  # piped, no COLUMNS: whole paths in the column, as before
+    assert "logs in " not in wide.stdout
+    assert all(e["log"] in wide.stdout for e in entries)

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -27,7 +28,6 @@ from perfbisect.bisect.report.report_model import (
 )
 from perfbisect.errors import lead_with_error
 from perfbisect.formatting import (
-    SHORT_SHA,
     cfg,
     clock,
     confidence_text,
@@ -306,8 +306,10 @@ def render_rows(
     columns: Sequence[str],
     rows: Sequence[Sequence[Any]],
     full_hashes: bool = False,
+    compact: bool = False,
 ) -> None:
-    """A table of plain values; commit hashes in it short unless ``full_hashes``."""
+    """A table of plain values; commit hashes in it short unless ``full_hashes``; ``compact``:
+    without borders (a rule under the header, a space between columns: ten columns in 80)."""
     shown = (lambda text: text) if full_hashes else short_hashes
     cells = [[shown(_plain(v)) if v is not None else "" for v in row] for row in rows]
     widths = [max(len(str(c)) for c in col) for col in zip(columns, *cells, strict=False)]
@@ -321,16 +323,32 @@ def render_rows(
         sys.stdout.write("\n".join(lines) + "\n")
         return
     table = _table(*columns, title=title)
+    if compact:
+        table.box, table.show_edge, table.pad_edge = box.SIMPLE_HEAD, False, False
+        table.padding = (0, 0)  # (the box itself puts a space between columns)
     out = console()
-    # Ids, numbers and short hashes keep their line: when the table is too wide, the long text
-    # columns (reasons, stage times, paths) give way, not a hash folded mid-digits; unless
-    # that would leave those fewer than 8 columns each (then every column folds alike).
-    short = [width <= SHORT_SHA for width in widths]
-    borders = 3 * len(widths) + 1
-    room = out.width - borders - sum(w for w, s in zip(widths, short, strict=True) if s)
-    if room >= 8 * short.count(False):
-        for column, keep in zip(table.columns, short, strict=True):
-            column.no_wrap = keep
+    # Ids, numbers and short hashes keep their line: when the table is too wide, the widest
+    # columns (reasons, stage times, paths) give way, not a hash folded mid-digits. Columns
+    # keep their line narrowest first while those left still get 8 characters each (or their
+    # whole text, when shorter; when even the narrowest would leave less, all fold alike).
+    # Those that fold share what is left, the narrowest first taking no more than its text
+    # (rich would otherwise measure a fold column by its longest word and squeeze the kept
+    # ones to fit it).
+    borders = len(widths) - 1 if compact else 3 * len(widths) + 1
+    room = out.width - borders
+    folding = sorted(range(len(widths)), key=lambda i: widths[i])
+
+    def least(columns: list[int]) -> int:  # what folding columns need: 8 each, or their text
+        return sum(min(8, widths[j]) for j in columns)
+
+    while folding and room - widths[folding[0]] >= least(folding[1:]):
+        i = folding.pop(0)
+        room -= widths[i]
+        table.columns[i].no_wrap = True
+    if folding and room >= least(folding):
+        for left, i in enumerate(folding):
+            table.columns[i].max_width = min(widths[i], room // (len(folding) - left))
+            room -= table.columns[i].max_width
     for row in cells:
         table.add_row(*(escape(c) for c in row))
     out.print(table)
@@ -428,30 +446,84 @@ def render_log(
     """`bisect log`: every launch with its value or failure, its configuration's verdict,
     whether it counts in that configuration's numbers, and its log; below, the searches inside
     a merge the launches include (the report's lines)."""
-    render_rows(
-        f"session {session} launches",
-        ["#", "id", "purpose", "config", "value", "counted", "P(slow)", "verdict", "ready (s)", "log"],
+    columns = ["#", "id", "purpose", "config", "value", "counted", "P(slow)", "verdict"]
+    columns += ["ready (s)", "log"]
+    rows = [
         [
-            (
-                e["seq"],
-                e["id"],
-                e["purpose"],
-                cfg(e["config"]),
-                num(e["value"])
-                if e["value"] is not None
-                else f"{e['stage']}: {lead_with_error(e['reason'] or 'failed')}",
-                "kept"
-                if e["kept"]
-                else f"set aside: {e['set_aside']}"
-                if e["kept"] is False
-                else "-",
-                _slow_odds(e.get("slow")),
-                e["verdict"] or "-",
-                ready_brief(e.get("timings") or {}),
-                e["log"],
-            )
-            for e in entries
-        ],
-    )
+            str(e["seq"]),
+            str(e["id"]),
+            e["purpose"],
+            cfg(e["config"]),
+            num(e["value"])
+            if e["value"] is not None
+            else f"{e['stage']}: {lead_with_error(e['reason'] or 'failed')}",
+            "kept" if e["kept"] else f"set aside: {e['set_aside']}" if e["kept"] is False else "-",
+            _slow_odds(e.get("slow")),
+            e["verdict"] or "-",
+            ready_brief(e.get("timings") or {}),
+            e["log"] or "",
+        ]
+        for e in entries
+    ]
+    out = console()
+    compact = _row_width(columns, rows) > out.width
+    if compact:
+        failed = [e["value"] is None for e in entries]
+        columns, rows = _narrow_log(out, columns, rows, failed)
+    render_rows(f"session {session} launches", columns, rows, compact=compact)
+    if any(e["kept"] and (e.get("slow") or 0) >= 0.5 for e in entries):
+        out.print(
+            "kept at P(slow) >= 50%: the posterior holds every launch of that configuration slow,"
+            " so they stay in its numbers (nothing else tells its level); the search weighed"
+            " each by its probability"
+        )
     for line in descent_lines(descent):
         console().print(f"[bold]merge:[/] {escape(line)}", soft_wrap=True)
+
+
+def _narrow_log(
+    out: Console, columns: list[str], rows: list[list[str]], failed: list[bool]
+) -> tuple[list[str], list[list[str]]]:
+    """The log for a terminal narrower than its rows: what repeats or runs long is said once,
+    above the table (the launches' log directory, each set-aside reason, each failure), and the
+    columns with nothing to tell ("-" in every row: no start-up stages, the rule engine's
+    P(slow)) are left out, so the columns that tell launches apart keep their line instead of
+    every column folding into a letter or two (a log path took twelve lines a launch at 80)."""
+    value, counted, log = columns.index("value"), columns.index("counted"), columns.index("log")
+    names, folder = _log_names([row[log] for row in rows])
+    if folder:  # whole on its line, to be copied, however narrow the terminal
+        out.print(escape(f"logs in {folder}"), soft_wrap=True)
+    notes: dict[str, int] = {}
+    for row, name, failure in zip(rows, names, failed, strict=True):
+        row[log] = name
+        for column, note, short in (
+            (counted, row[counted].startswith("set aside: "), "aside"),
+            (value, failure, "failed"),
+        ):
+            if note:
+                key = notes.setdefault(row[column], len(notes) + 1)
+                row[column] = f"{short} [{key}]"
+    for text, key in notes.items():
+        out.print(escape(f"[{key}] {text}"))
+    shown = [i for i, _ in enumerate(columns) if any(row[i] != "-" for row in rows)]
+    names = ["ready" if c == "ready (s)" else c for c in columns]  # (its values carry the unit)
+    return [names[i] for i in shown], [[row[i] for i in shown] for row in rows]
+
+
+def _row_width(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
+    """The width a bordered table of these cells takes on one line per row."""
+    widths = [max(len(c) for c in col) for col in zip(columns, *rows, strict=True)]
+    return sum(widths) + 3 * len(widths) + 1
+
+
+def _log_names(logs: Sequence[str]) -> tuple[list[str], str]:
+    """The launches' log files named within the deepest directory they share (a session's;
+    an explanation's launches lie one below), and that directory; unchanged and "" when they
+    share none below the root."""
+    present = [log for log in logs if log]
+    if not present or not all(os.path.isabs(log) for log in present):
+        return list(logs), ""
+    folder = os.path.commonpath([os.path.dirname(log) for log in present])
+    if folder == os.path.dirname(folder):  # the root: nothing worth saying once
+        return list(logs), ""
+    return [os.path.relpath(log, folder) if log else "" for log in logs], folder + os.sep
