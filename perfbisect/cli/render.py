@@ -347,8 +347,9 @@ def render_rows(
         table.columns[i].no_wrap = True
     if folding and room >= least(folding):
         for left, i in enumerate(folding):
-            table.columns[i].max_width = min(widths[i], room // (len(folding) - left))
-            room -= table.columns[i].max_width
+            share = min(widths[i], room // (len(folding) - left))
+            table.columns[i].max_width = share
+            room -= share
     for row in cells:
         table.add_row(*(escape(c) for c in row))
     out.print(table)
