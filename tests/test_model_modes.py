@@ -302,3 +302,30 @@ def test_a_ddmin_set_of_two_is_named_only_when_each_member_shows_back_to_back() 
     pairs = {(patches(lo), patches(hi)) for lo, hi in engine._pairs.seqs}
     for member in members:
         assert (frozenset(members - {member}), frozenset(members)) in pairs, (member, pairs)
+
+
+def test_an_axis_judged_to_regress_whose_step_no_pair_showed_is_said_not_counted() -> None:
+    # multiaxis_bench --load, seed 1, trial 9 (one NCCL version among 6, commit held good):
+    # the attribution judged the commit alone past the threshold in a busy period, its step
+    # search named nothing, and the message said "2 independent regressions: commit and nccl".
+    bench = _bench("multiaxis_bench")
+    from perfbisect.bisect.search.attribution import ModelMultiAxis
+
+    s, rng = next((s, r) for s, r in bench.worlds(1, 9) if s.name.startswith("one NCCL"))
+    engine = ModelMultiAxis(Configuration.of(s.good), Configuration.of(s.bad), s.plans, Policy())
+    machine = bench.Machine(rng, 0.05)
+    while batch := engine.next_batch():
+        engine.feed(
+            [
+                LaunchResult(bench.launch(s.level(r.config.as_dict()) * machine.slowdown(), rng))
+                for r in batch
+            ]
+        )
+    outcome = engine.outcome
+    assert outcome is not None and outcome.status is Status.FOUND, outcome
+    named = {
+        a for st in outcome.steps for a in st.last_good.config.differing_axes(st.first_bad.config)
+    }
+    assert named == {"nccl"} and engine.culprit_sets == [("nccl",)], engine.culprit_sets
+    assert "independent regressions" not in outcome.message, outcome.message
+    assert outcome.message.endswith("no step on it pinned down: commit"), outcome.message

@@ -78,9 +78,14 @@ class MeasuredConfigurations:
         self.attribution.append(AttributionRow(tuple(axes), position, verdict, effect))
 
 
+def join_sets(axis_sets: Sequence[Sequence[str]]) -> str:
+    """``commit and nccl+launch``: axis sets as a message names them."""
+    return " and ".join("+".join(s) for s in axis_sets)
+
+
 def summary(culprit_sets: Sequence[Sequence[str]], steps: int) -> str:
     """The outcome's message: the culprit axis sets (and how many steps were named)."""
-    names = " and ".join("+".join(s) for s in culprit_sets)
+    names = join_sets(culprit_sets)
     message = (
         f"the regression needs {names}"
         if any(len(s) > 1 for s in culprit_sets)
