@@ -277,17 +277,28 @@ def test_a_pair_verifies_only_when_it_shows_the_step(scenario: str, seed: int) -
     _named_right_at_99(scenario, seed)
 
 
-def test_a_bad_end_read_only_in_busy_periods_is_not_named_wrong() -> None:
-    # Seed 3, trial 188 of the load table (culprit 721): named wrong at >= 99% before a pair
-    # had to show the step, then right. The endpoints and the first 13 launches ran in one
-    # 2.7x period, and the bad end's later launches in another of 2.2x: its level is read at
-    # 63 ms against a true 29, a factor between the end-shift grid's 2x and 2.5x, so the
-    # points at 29 read as a plateau below the threshold. Since plateaus pay their Occam
-    # factor the search ends without a name (its bracket's pairs do not show the step), and
-    # states the crossing at (1023, 1024]: wrong, said as the posterior's, not named. Open
-    # (docs/benchmarks.md): an end's shift fitted to the launches rather than on a grid.
+# Worlds whose bad end was read only in busy periods, at a factor between the end-shift grid's.
+# Seed 3, trial 188 of the load table (culprit 721): named wrong at >= 99% before a pair had to
+# show the step, then right. The endpoints and the first 13 launches ran in one 2.7x period,
+# and the bad end's later launches in another of 2.2x: its level is read at 63 ms against a
+# true 29, a factor between the grid's 2x and 2.5x, so the points at 29 read as a plateau below
+# the threshold. Since plateaus pay their Occam factor the search ends without a name (its
+# bracket's pairs do not show the step), and states the crossing at (1023, 1024]: wrong, said
+# as the posterior's, not named. Seed 4, trial 44 of each launch its own factor (culprit 374):
+# the bad end read 88, 46 and 57-76 ms (true 29), the good end 39 (true 18); named right at
+# 99% on the session's noise from every launch, ambiguous in the same way since the noise is
+# read from launches near each point's best (a surer model holds the wrong ends' levels more
+# surely). Open (docs/benchmarks.md): an end's shift fitted to the launches, not on a grid.
+BAD_END_READ_ONLY_IN_BUSY_PERIODS = [
+    ("load_comes_and_goes", 3_000_191),
+    ("load_comes_and_goes_per_launch", 4_000_047),
+]
+
+
+@pytest.mark.parametrize(("scenario", "seed"), BAD_END_READ_ONLY_IN_BUSY_PERIODS)
+def test_a_bad_end_read_only_in_busy_periods_is_not_named_wrong(scenario: str, seed: int) -> None:
     bench = _bench()
-    world = bench.load_comes_and_goes(1024, random.Random(3_000_191), 0.04, 0.03, False)
+    world = getattr(bench, scenario)(1024, random.Random(seed), 0.04, 0.03, False)
     result = bench.run_perfbisect(world, 1024, Policy(), model=True)
     assert result.status is not Status.FOUND or result.correct, (result.named, world.culprit)
 
@@ -324,7 +335,6 @@ LOAD_WRONG_BEFORE_PLATEAUS_PAID = [
     ("load_comes_and_goes", 2_000_121),
     ("load_comes_and_goes_per_launch", 1_000_023),
     ("load_comes_and_goes_per_launch", 1_000_146),
-    ("load_comes_and_goes_per_launch", 4_000_047),
 ]
 
 
@@ -489,10 +499,10 @@ def test_a_given_threshold_starts_with_one_launch_of_each_end() -> None:
 
 
 def test_a_search_out_of_launches_says_the_target_and_what_the_stop_rule_asks() -> None:
-    # A machine where two launches in three run about twice as slow: the search spends its
+    # A machine where three launches in four run 1.6-2.2x as slow: the search spends its
     # budget and says where the posterior puts the crossing, the user's target and the
-    # posterior the stop rule asks (its margin), and what reaching it would cost. (At one
-    # launch in two slow, the model names the crossing right at 99.9% on seeds 1-3.)
+    # posterior the stop rule asks (its margin), and what reaching it would cost. (At two
+    # launches in three slow the model names this world's crossing right at 99.9%.)
     rng = random.Random(3)
     engine = ModelEngine(_path(64), Policy())
     while batch := engine.next_batch():
@@ -500,7 +510,7 @@ def test_a_search_out_of_launches_says_the_target_and_what_the_stop_rule_asks() 
             [
                 LaunchResult(
                     (18.0 if r.position < 30 else 29.0)
-                    * rng.choice([1, 1.9, 2.2])  # this launch's slow-down
+                    * rng.choice([1, 1.6, 1.9, 2.2])  # this launch's slow-down
                     * rng.gauss(1, 0.05)
                 )
                 for r in batch

@@ -113,5 +113,6 @@ def test_phases_caches_and_graph_sizes_of_each_launch(
     assert re.search(r"ready \d+\.\ds \((\w+ \d+\.\ds, )*other \d+\.\ds\)", history), history
     shown = cli.run("query", "show", str(launches[0]["id"])).stdout
     assert re.search(r"timings: .*ready \d+\.\ds \(", shown), shown
-    log = wide.run("bisect", "log").stdout
-    assert "ready (s)" in log
+    # (piped without COLUMNS: whole rows; a narrower layout heads the column "ready")
+    log = Cli({k: v for k, v in cli.env.items() if k != "COLUMNS"}, cli.cwd).run("bisect", "log")
+    assert "ready (s)" in log.stdout, log.stdout

@@ -22,6 +22,7 @@ from perfbisect.bisect.stats import (
     core_launches,
     difference,
     estimate,
+    fastest_launches,
     launch_times,
     median,
     own_rel_sd,
@@ -213,6 +214,13 @@ class EngineState:
     def evaluated_points(self) -> list[PointResult]:
         return [self.point(p) for p in sorted(self.verdicts)]
 
+    # The model's path search reads the noise from launches within 1.4x of each point's best
+    # alone: core_launches keeps slow launches as many as the others (the rule engine's flaky
+    # configurations), and a point launched mostly in busy periods pooled its 2.9x launches
+    # with its quiet ones (the noise read 40-70%). Not the multi-axis search: two more wrong
+    # steps at >= 99% in 2100 busy worlds there (docs/benchmarks.md, "A step is worth ...").
+    noise_from_fastest = False
+
     def rel_sd(self) -> float:
         # Launch values change only in feed(): one computation per batch, not per question.
         if self._rel_sd_at != self.launch_count:
@@ -220,7 +228,10 @@ class EngineState:
             # and bursts must not inflate the noise that every interval is built from (they
             # are set aside anyway). A wide tolerance keeps the ordinary spread.
             hib = self.policy.higher_is_better
-            groups = [core_launches(v, _POOL_TOLERANCE, hib) for v in self.launches.values()]
+            if self.noise_from_fastest:
+                groups = [fastest_launches(v, hib) for v in self.launches.values()]
+            else:
+                groups = [core_launches(v, _POOL_TOLERANCE, hib) for v in self.launches.values()]
             self._rel_sd = pooled_rel_sd(groups, self.policy.noise)
             self._rel_sd_at = self.launch_count
         return self._rel_sd

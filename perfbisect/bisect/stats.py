@@ -208,6 +208,16 @@ def core_launches(
     return agreeing if len(agreeing) >= 2 else kept
 
 
+def fastest_launches(values: list[float], higher_is_better: bool = False) -> list[float]:
+    """A configuration's launches within ``OUTLIER_RATIO`` of its best, whatever their share
+    (slow launches are never fast: the noise of its level)."""
+    times = launch_times(values, higher_is_better)
+    if times is None:
+        return values
+    best = min(times)
+    return [v for v, t in zip(values, times, strict=True) if t < best * OUTLIER_RATIO]
+
+
 def launch_outliers(launch_values: Sequence[float]) -> list[int]:
     """Indexes of launches whose median is more than 50% away from the configuration's median."""
     if len(launch_values) < 3:

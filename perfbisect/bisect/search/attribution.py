@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -37,7 +38,7 @@ from perfbisect.bisect.axis_sets import (
     summary,
 )
 from perfbisect.bisect.engine_state import EngineState, _Batch, _Search
-from perfbisect.bisect.search.pairs import Pairs
+from perfbisect.bisect.search.pairs import MORE_PAIRS, PAIRS_SHARED, Pairs
 from perfbisect.bisect.search.planner import plan
 from perfbisect.bisect.search.segment import (
     Answer,
@@ -46,15 +47,20 @@ from perfbisect.bisect.search.segment import (
     culprit,
     endpoints,
     level_gap,
+    min_step,
     search,
     side_verdict,
     sides,
 )
 from perfbisect.bisect.search.steps import gap_steps
+from perfbisect.bisect.search.stop import stop_at
 from perfbisect.bisect.stats import Verdict
 from perfbisect.bisect.values import Culprit, LaunchResult, Policy, Purpose, Status
 from perfbisect.config import Configuration
 
+# The most pairs a step's two sides get before it is said rather than named (the search's own
+# included): as many as a bracket on a shared machine gets (pairs.py).
+_MOST_PAIRS = PAIRS_SHARED + MORE_PAIRS
 DDMIN_ATTEMPTS = 2  # a ddmin result the posterior does not hold up is searched once more
 _QUESTION_LAUNCHES = 2  # launches one question may take, in units of the policy's maximum
 
@@ -137,7 +143,11 @@ class ModelMultiAxis(MeasuredConfigurations, EngineState):
         return self.threshold if self.fixed_threshold else None
 
     def _past(
-        self, position: int, refs: tuple[int, int], threshold: float | None
+        self,
+        position: int,
+        refs: tuple[int, int],
+        threshold: float | None,
+        target: float | None = None,
     ) -> Generator[_Batch, list[LaunchResult], bool]:
         """Does ``position`` lie past the threshold between the references' levels? The
         posterior of the three-point path (lower reference, it, upper reference) answers at the
@@ -148,7 +158,7 @@ class ModelMultiAxis(MeasuredConfigurations, EngineState):
         if position not in self.launches and position not in self.skip_reason:
             yield self._request([position], Purpose.SEARCH)
         order = [lo_ref, position, hi_ref]
-        target, spent = self.policy.confidence, 0
+        target, spent = target or self.policy.confidence, 0
         cap = _QUESTION_LAUNCHES * self.policy.max_launches
         while True:
             if position in self.skip_reason or position in self.gave_up:
@@ -225,11 +235,67 @@ class ModelMultiAxis(MeasuredConfigurations, EngineState):
         ):
             return [], []  # its ends sit at one level: nothing to search on this axis
         answer = yield from search(self, order, None, self._pairs)
+        if answer.named:
+            answer = yield from self._rejudged(answer, order, judged == (Verdict.GOOD, Verdict.BAD))
         open_, found = self._named(answer)
         if found and self.policy.all_steps:  # the axis's other level changes too (steps.py)
             steps, more = yield from gap_steps(self, order, found[0], self._pairs)
             return open_ + more, steps
         return open_, found
+
+    def _rejudged(
+        self, answer: Answer, order: list[int], judged: bool
+    ) -> Generator[_Batch, list[LaunchResult], Answer]:
+        """A step on a path searched between its own ends (its threshold derived midway) is
+        worth what those ends being apart is: the search takes it as given, and a path of two
+        values names its one step at 100% whatever they read. Ends the attribution judged
+        (one below the session's threshold, one past it) hold as far as those verdicts do with
+        the launches since (the step search's pairs among them), asked again at the stop
+        rule's margin where they fall short; any step as far as its back-to-back pairs show
+        it by half the minimum effect, as the search's pairs must (``Pairs.apart``; an axis
+        held bad can lift both ends past the session's threshold, and a stacked axis sits
+        below it: the pairs alone say). On a busy machine `launch ssh`, at the good level,
+        read past on two launches in one busy period, and `tmux -> ssh` was named at 100%
+        though its pairs on a quiet machine read 18.1 and 18.7 ms (multiaxis_bench --load,
+        trials 3, 101, 161)."""
+        step, margin = min_step(self.policy) / 2, stop_at(self.policy.confidence)
+        lo, hi = answer.lo, answer.hi
+        sided = 0.0
+        if judged and self._pairs.apart(self, lo, hi, step) < margin:
+            sided = 1.0
+            for position, past in ((order[0], False), (order[-1], True)):
+                if position in (0, 1):
+                    continue
+                on_side = self._on_side(position, past)
+                if on_side < margin:
+                    yield from self._past(position, (0, 1), self._threshold(), margin)
+                    on_side = self._on_side(position, past)
+                sided *= on_side
+        held = answer.probability * max(self._pairs.apart(self, lo, hi, step), sided)
+        # Short of the target on the pairs so far (one pair, all a quiet machine asks of the
+        # search, holds at most ~98%: it may be the one with a launch off its level): more.
+        while held < self.policy.confidence and self._pairs.tried[(lo, hi)] < _MOST_PAIRS:
+            yield from self._pairs.launch(self, lo, hi)
+            if {lo, hi} & (self.skip_reason.keys() | self.gave_up):
+                break
+            held = answer.probability * max(self._pairs.apart(self, lo, hi, step), sided)
+        return self._worth(answer, held)
+
+    def _on_side(self, position: int, past: bool) -> float:
+        """The posterior now that ``position`` lies on the side of the session's threshold
+        the attribution judged (between the good and the bad references)."""
+        below = sides(belief(self, [0, position, 1], self._threshold()))[1]
+        return 1 - below if past else below
+
+    def _worth(self, answer: Answer, held: float) -> Answer:
+        """The step named at ``held`` when that reaches the target, else said, not named."""
+        if held >= self.policy.confidence:
+            return replace(answer, probability=held)
+        why = (
+            f"its ends' levels apart at {held:.1%} with the launches since"
+            f" (target {self.policy.confidence:.0%})"
+        )
+        return replace(answer, named=False, probability=held, why=why)
 
     def _named(self, answer: Answer) -> tuple[list[tuple[int, int]], list[Culprit]]:
         if answer.named:

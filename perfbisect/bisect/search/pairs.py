@@ -12,6 +12,9 @@ import math
 from collections import Counter
 from collections.abc import Generator
 
+import numpy as np
+from numpy.typing import NDArray
+
 from perfbisect.bisect.engine_state import EngineState, _Batch, verification_failed
 from perfbisect.bisect.stats import launch_times
 from perfbisect.bisect.values import LaunchResult, Purpose
@@ -61,6 +64,39 @@ class Pairs:
         assert times is not None, "launch values must be positive"
         pairs = self.seqs.get((lo, hi), [])
         return sum(1 for i, k in pairs if math.log(times[k]) - math.log(times[i]) >= step)
+
+    def apart(self, state: EngineState, lo: int, hi: int, step: float) -> float:
+        """The probability, from the pairs of ``lo`` and ``hi`` alone, that ``hi``'s level is
+        worse than ``lo``'s by at least ``step`` (log time). Each pair's log ratio is the two
+        levels' difference plus two launches' noise, whatever the machine's state while it ran
+        (both of its launches ran in it), or, one pair in ``PAIR_OUTLIER``, a launch off its
+        level (a lone slow launch on either side: the ratio either way, wide); flat prior on
+        the difference, over a grid."""
+        times = launch_times(state.in_order, state.policy.higher_is_better)
+        assert times is not None, "launch values must be positive"
+        pairs = self.seqs.get((lo, hi), [])
+        if not pairs:
+            return 0.0
+        ratios = np.asarray([math.log(times[k]) - math.log(times[i]) for i, k in pairs])
+        u = ratios[:, None] - _DIFFERENCES[None, :]
+        sd = math.sqrt(2) * max(state.rel_sd(), 0.01)
+        fits = np.logaddexp(
+            math.log(1 - PAIR_OUTLIER) + _log_normal(u, sd),
+            math.log(PAIR_OUTLIER) + _log_normal(u, _OFF_LEVEL),
+        ).sum(axis=0)
+        weight = np.exp(fits - fits.max())
+        return float(weight[step <= _DIFFERENCES].sum() / weight.sum())
+
+
+# A pair with one launch off its level (two launches, each a lone outlier one time in ~30), and
+# how far off (log, either way); the differences a pair's levels may take (log, flat prior).
+PAIR_OUTLIER = 0.06
+_OFF_LEVEL = 0.5
+_DIFFERENCES = np.linspace(-1.0, 2.0, 1201)
+
+
+def _log_normal(u: NDArray[np.float64], sd: float) -> NDArray[np.float64]:
+    return np.asarray(-0.5 * (u / sd) ** 2 - math.log(sd * math.sqrt(2 * math.pi)))
 
 
 __all__ = ["MORE_PAIRS", "PAIRS_QUIET", "PAIRS_SHARED", "PAIR_FROM", "Pairs"]

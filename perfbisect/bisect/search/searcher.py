@@ -38,6 +38,8 @@ from perfbisect.config import Configuration
 class ModelEngine(EngineState):
     """The crossing-first search over one path, decided by one posterior."""
 
+    noise_from_fastest = True  # (engine_state.py: the noise from launches near the best)
+
     def __init__(
         self,
         path: Sequence[Configuration],
