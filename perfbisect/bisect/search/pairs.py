@@ -13,9 +13,9 @@ from collections import Counter
 from collections.abc import Generator
 
 import numpy as np
-from numpy.typing import NDArray
 
 from perfbisect.bisect.engine_state import EngineState, _Batch, verification_failed
+from perfbisect.bisect.posterior import _log_normal_grid
 from perfbisect.bisect.stats import launch_times
 from perfbisect.bisect.values import LaunchResult, Purpose
 
@@ -69,9 +69,9 @@ class Pairs:
         """The probability, from the pairs of ``lo`` and ``hi`` alone, that ``hi``'s level is
         worse than ``lo``'s by at least ``step`` (log time). Each pair's log ratio is the two
         levels' difference plus two launches' noise, whatever the machine's state while it ran
-        (both of its launches ran in it), or, one pair in ``PAIR_OUTLIER``, a launch off its
-        level (a lone slow launch on either side: the ratio either way, wide); flat prior on
-        the difference, over a grid."""
+        (both of its launches ran in it), or, with probability ``PAIR_OUTLIER`` (a pair in
+        ~16), a launch off its level (a lone slow launch on either side: the ratio either way,
+        wide); flat prior on the difference, over a grid."""
         times = launch_times(state.in_order, state.policy.higher_is_better)
         assert times is not None, "launch values must be positive"
         pairs = self.seqs.get((lo, hi), [])
@@ -81,8 +81,8 @@ class Pairs:
         u = ratios[:, None] - _DIFFERENCES[None, :]
         sd = math.sqrt(2) * max(state.rel_sd(), 0.01)
         fits = np.logaddexp(
-            math.log(1 - PAIR_OUTLIER) + _log_normal(u, sd),
-            math.log(PAIR_OUTLIER) + _log_normal(u, _OFF_LEVEL),
+            math.log(1 - PAIR_OUTLIER) + _log_normal_grid(u, sd),
+            math.log(PAIR_OUTLIER) + _log_normal_grid(u, _OFF_LEVEL),
         ).sum(axis=0)
         weight = np.exp(fits - fits.max())
         return float(weight[step <= _DIFFERENCES].sum() / weight.sum())
@@ -93,10 +93,6 @@ class Pairs:
 PAIR_OUTLIER = 0.06
 _OFF_LEVEL = 0.5
 _DIFFERENCES = np.linspace(-1.0, 2.0, 1201)
-
-
-def _log_normal(u: NDArray[np.float64], sd: float) -> NDArray[np.float64]:
-    return np.asarray(-0.5 * (u / sd) ** 2 - math.log(sd * math.sqrt(2 * math.pi)))
 
 
 __all__ = ["MORE_PAIRS", "PAIRS_QUIET", "PAIRS_SHARED", "PAIR_FROM", "Pairs"]
