@@ -189,7 +189,7 @@ def core_launches(
     if times is None:
         return list(values)
     best = min(times)
-    kept = [v for v, t in zip(values, times, strict=True) if t < best * OUTLIER_RATIO]
+    kept = fastest_launches(list(values), higher_is_better)
     if len(values) >= 3 and len(kept) * 2 <= len(values):
         slow = [v for v, t in zip(values, times, strict=True) if t >= best * OUTLIER_RATIO]
         bursts = (

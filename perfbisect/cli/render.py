@@ -312,7 +312,7 @@ def render_rows(
     without borders (a rule under the header, a space between columns: ten columns in 80)."""
     shown = (lambda text: text) if full_hashes else short_hashes
     cells = [[shown(_plain(v)) if v is not None else "" for v in row] for row in rows]
-    widths = [max(len(str(c)) for c in col) for col in zip(columns, *cells, strict=False)]
+    widths = _column_widths(columns, cells)
     if len(rows) > PLAIN_ROWS:
         line = "  ".join
         lines = [title, line(str(c).ljust(w) for c, w in zip(columns, widths, strict=False))]
@@ -334,8 +334,7 @@ def render_rows(
     # Those that fold share what is left, the narrowest first taking no more than its text
     # (rich would otherwise measure a fold column by its longest word and squeeze the kept
     # ones to fit it).
-    borders = len(widths) - 1 if compact else 3 * len(widths) + 1
-    room = out.width - borders
+    room = out.width - _borders(len(widths), compact)
     folding = sorted(range(len(widths)), key=lambda i: widths[i])
 
     def least(columns: list[int]) -> int:  # what folding columns need: 8 each, or their text
@@ -513,8 +512,19 @@ def _narrow_log(
 
 def _row_width(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
     """The width a bordered table of these cells takes on one line per row."""
-    widths = [max(len(c) for c in col) for col in zip(columns, *rows, strict=True)]
-    return sum(widths) + 3 * len(widths) + 1
+    widths = _column_widths(columns, rows)
+    return sum(widths) + _borders(len(widths), compact=False)
+
+
+def _column_widths(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[int]:
+    """Each column's width: its header's or its longest cell's."""
+    return [max(len(str(c)) for c in col) for col in zip(columns, *rows, strict=False)]
+
+
+def _borders(columns: int, compact: bool) -> int:
+    """The characters a table's borders take on a line: a space between columns (compact),
+    else a rule and a space each side of every column."""
+    return columns - 1 if compact else 3 * columns + 1
 
 
 def _log_names(logs: Sequence[str]) -> tuple[list[str], str]:

@@ -260,8 +260,8 @@ class ModelMultiAxis(MeasuredConfigurations, EngineState):
         trials 3, 101, 161)."""
         step, margin = min_step(self.policy) / 2, stop_at(self.policy.confidence)
         lo, hi = answer.lo, answer.hi
-        sided = 0.0
-        if judged and self._pairs.apart(self, lo, hi, step) < margin:
+        sided, shown = 0.0, self._pairs.apart(self, lo, hi, step)
+        if judged and shown < margin:
             sided = 1.0
             for position, past in ((order[0], False), (order[-1], True)):
                 if position in (0, 1):
@@ -271,7 +271,8 @@ class ModelMultiAxis(MeasuredConfigurations, EngineState):
                     yield from self._past(position, (0, 1), self._threshold(), margin)
                     on_side = self._on_side(position, past)
                 sided *= on_side
-        held = answer.probability * max(self._pairs.apart(self, lo, hi, step), sided)
+            shown = self._pairs.apart(self, lo, hi, step)  # (the noise moved with those launches)
+        held = answer.probability * max(shown, sided)
         # Short of the target on the pairs so far (one pair, all a quiet machine asks of the
         # search, holds at most ~98%: it may be the one with a launch off its level): more.
         while held < self.policy.confidence and self._pairs.tried[(lo, hi)] < _MOST_PAIRS:
