@@ -250,6 +250,25 @@ def load_comes_and_goes_per_launch(
     )
 
 
+def busy_most_of_the_time(
+    n: int, rng: random.Random, shift_sd: float, outlier_p: float, build_failures: bool
+) -> World:
+    """A machine busy most of the time: busy periods of 5-20 launches (one slow-down of
+    1.5-3x each) start after about three quiet launches, so about four launches in five run
+    slow and the quiet level is the exception."""
+    return replace(load_comes_and_goes(n, rng, shift_sd, outlier_p, build_failures), burst_p=0.3)
+
+
+def busy_launch_by_launch(
+    n: int, rng: random.Random, shift_sd: float, outlier_p: float, build_failures: bool
+) -> World:
+    """Another job's load on and off between launches: two launches in three run slow, each
+    by a factor of its own (1.5-2.5x, about the step's own 1.6x), independently of the one
+    before. The hardest load here: a slow good launch reads at the bad level."""
+    world = single_step(n, rng, shift_sd, outlier_p, build_failures)
+    return replace(world, burst_p=0.67, burst=(1.5, 2.5), burst_len=(1, 1))
+
+
 PRIOR_KINDS = ("flat", "right", "wrong")
 PRIOR_TOUCHED = 0.03  # the share of commits that touch the named paths
 
@@ -590,6 +609,14 @@ LOAD_SCENARIOS = (
     (
         "load comes and goes, each busy launch slowed by its own factor",
         load_comes_and_goes_per_launch,
+    ),
+    (
+        "busy most of the time: periods of 5-20 launches, ~80% of launches slow",
+        busy_most_of_the_time,
+    ),
+    (
+        "busy launch by launch: 2 launches in 3 slow, each by its own 1.5-2.5x",
+        busy_launch_by_launch,
     ),
 )
 # Claimed confidence bins of the calibration table: [lo, hi) (the last one holds 1.0). Above

@@ -88,6 +88,7 @@ ENGINE_LAYERS = (
     "posterior",
     "engine_state",
     "search.machine",
+    "search.hypotheses",
     "search.model",
     "search.planner",
     "search.stop",

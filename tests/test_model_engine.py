@@ -288,7 +288,8 @@ def test_a_pair_verifies_only_when_it_shows_the_step(scenario: str, seed: int) -
 # the bad end read 88, 46 and 57-76 ms (true 29), the good end 39 (true 18); named right at
 # 99% on the session's noise from every launch, ambiguous in the same way since the noise is
 # read from launches near each point's best (a surer model holds the wrong ends' levels more
-# surely). Open (docs/benchmarks.md): an end's shift fitted to the launches, not on a grid.
+# surely). Both named right since the machine chains include one busy most of the time
+# (search/machine.py; its search takes other launches: 50 and 65).
 BAD_END_READ_ONLY_IN_BUSY_PERIODS = [
     ("load_comes_and_goes", 3_000_191),
     ("load_comes_and_goes_per_launch", 4_000_047),
@@ -296,7 +297,26 @@ BAD_END_READ_ONLY_IN_BUSY_PERIODS = [
 
 
 @pytest.mark.parametrize(("scenario", "seed"), BAD_END_READ_ONLY_IN_BUSY_PERIODS)
-def test_a_bad_end_read_only_in_busy_periods_is_not_named_wrong(scenario: str, seed: int) -> None:
+def test_a_bad_end_read_only_in_busy_periods_is_named_right(scenario: str, seed: int) -> None:
+    _named_right_at_99(scenario, seed)
+
+
+# A machine busy most of the time, launch by launch (`search_bench.py --load`, "busy launch by
+# launch": two launches in three 1.5-2.5x slow, each independently; seed 7_000_003 + trial t).
+# With a quiet and a shared chain alone the slow launches read as levels, and 14 of 40 such
+# worlds were named wrong at >= 99%: trial 9 (culprit 625) named 647 at 99.9994% after 21
+# launches, trial 38 (culprit 623) 601 at 99.999998%. A third chain, busy most of the time,
+# and the ends' shifts weighed about as likely as their levels as read where it holds 1% of
+# the posterior: neither named wrong (trial 9 ends ambiguous after 160 launches, trial 38 is
+# named right after 37; wrong names still left in this scenario: docs/benchmarks.md).
+BUSY_LAUNCH_BY_LAUNCH_WRONG_BEFORE_THIRD_CHAIN = [
+    ("busy_launch_by_launch", 7_000_012),
+    ("busy_launch_by_launch", 7_000_041),
+]
+
+
+@pytest.mark.parametrize(("scenario", "seed"), BUSY_LAUNCH_BY_LAUNCH_WRONG_BEFORE_THIRD_CHAIN)
+def test_a_machine_slow_two_launches_in_three_is_no_level(scenario: str, seed: int) -> None:
     bench = _bench()
     world = getattr(bench, scenario)(1024, random.Random(seed), 0.04, 0.03, False)
     result = bench.run_perfbisect(world, 1024, Policy(), model=True)
@@ -499,18 +519,19 @@ def test_a_given_threshold_starts_with_one_launch_of_each_end() -> None:
 
 
 def test_a_search_out_of_launches_says_the_target_and_what_the_stop_rule_asks() -> None:
-    # A machine where three launches in four run 1.6-2.2x as slow: the search spends its
-    # budget and says where the posterior puts the crossing, the user's target and the
-    # posterior the stop rule asks (its margin), and what reaching it would cost. (At two
-    # launches in three slow the model names this world's crossing right at 99.9%.)
-    rng = random.Random(3)
+    # A machine where nine launches in ten run 1.6-2.2x as slow, over a 1.28x step: the search
+    # spends its budget and says where the posterior puts the crossing, the user's target and
+    # the posterior the stop rule asks (its margin), and what reaching it would cost. (At
+    # three launches in four slow, over the bad end's 1.6x, the model now names this world's
+    # crossing right: a machine busy most of the time is one of its chains.)
+    rng = random.Random(13)
     engine = ModelEngine(_path(64), Policy())
     while batch := engine.next_batch():
         engine.feed(
             [
                 LaunchResult(
-                    (18.0 if r.position < 30 else 29.0)
-                    * rng.choice([1, 1.6, 1.9, 2.2])  # this launch's slow-down
+                    (18.0 if r.position < 30 else 23.0)
+                    * rng.choice([1] + [1.6, 1.9, 2.2] * 3)  # this launch's slow-down
                     * rng.gauss(1, 0.05)
                 )
                 for r in batch

@@ -319,13 +319,14 @@ def test_a_ddmin_set_of_two_is_named_only_when_each_member_shows_back_to_back() 
 
 
 def test_an_axis_judged_to_regress_whose_step_no_pair_showed_is_said_not_counted() -> None:
-    # multiaxis_bench --load, seed 1, trial 9 (one NCCL version among 6, commit held good):
+    # multiaxis_bench --load, seed 1, trial 11 (one NCCL version among 6, commit held good):
     # the attribution judged the commit alone past the threshold in a busy period, its step
-    # search named nothing, and the message said "2 independent regressions: commit and nccl".
+    # search named nothing, and the message said "2 independent regressions: commit and nccl"
+    # (trials 9, 11 and 26 did; trial 9 ends ambiguous since the third machine chain).
     bench = _bench("multiaxis_bench")
     from perfbisect.bisect.search.attribution import ModelMultiAxis
 
-    s, rng = next((s, r) for s, r in bench.worlds(1, 9) if s.name.startswith("one NCCL"))
+    s, rng = next((s, r) for s, r in bench.worlds(1, 11) if s.name.startswith("one NCCL"))
     engine = ModelMultiAxis(Configuration.of(s.good), Configuration.of(s.bad), s.plans, Policy())
     machine = bench.Machine(rng, 0.05)
     while batch := engine.next_batch():

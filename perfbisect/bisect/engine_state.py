@@ -220,6 +220,9 @@ class EngineState:
     # with its quiet ones (the noise read 40-70%). Not the multi-axis search: two more wrong
     # steps at >= 99% in 2100 busy worlds there (docs/benchmarks.md, "A step is worth ...").
     noise_from_fastest = False
+    # The model's path search weighs a machine busy most of the time too (search/machine.py's
+    # third chain); the multi-axis search only the two whose load comes in periods.
+    busy_most_weighed = False
 
     def rel_sd(self) -> float:
         # Launch values change only in feed(): one computation per batch, not per question.

@@ -1,8 +1,9 @@
 """The machine's state over the launch order, for the search's model (model.py): normal, or
 busy, following a Markov chain. Half of the busy periods keep one slow-down factor (a grid over
 1.3-3x) while they last; in the other half each launch draws its own factor from that grid.
-Two chains are weighed by how well each explains the launches: a quiet machine (periods rare)
-and a shared one (periods start after about one launch in twenty and last about ten).
+Three chains are weighed by how well each explains the launches: a quiet machine (periods
+rare), a shared one (periods start after about one launch in twenty and last about ten) and
+one busy most of the time, launch by launch.
 
 The forward algorithm gives each hypothesis' likelihood (vectorised over chains, level shifts
 and gaps); forward-backward gives each launch's state given every launch, before and after it,
@@ -16,8 +17,14 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-# (start, stay, prior weight): a quiet machine and a shared one whose busy periods last ~12
-CHAINS = ((0.002, 0.5, 0.5), (0.05, 0.92, 0.5))
+# (start, stay, prior weight): a quiet machine, a shared one whose busy periods last ~12, and
+# one busy most of the time, launch by launch (another job's load on and off between launches:
+# 6 launches in 10 slow, each its own factor; without it, a machine slow two launches in three
+# read its slow launches as levels and named a wrong step at > 99.9% in 14 of 40 such worlds).
+# The third is a rare machine (2%): at 10% it explained stretches of busy periods slowed
+# launch by launch, and the load table's wrong names at >= 99% there rose from 3 to 10 of 2000.
+CHAINS = ((0.002, 0.5, 0.49), (0.05, 0.92, 0.49), (0.6, 0.6, 0.02))
+SHARED = 1  # the chain the planner reads a pair's chance of a state change from
 SWITCH = 0.05  # a busy launch's chance of a factor other than the one before it
 # The share of busy periods whose launches are each slowed by a factor of their own (another
 # job's load that varies launch by launch) rather than by one factor for the whole period.
@@ -48,15 +55,17 @@ def _transitions() -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         mats.append(m)
         busy = start / (1 - stay + start)
         inits.append(
-            np.concatenate(
-                [[1 - busy], np.full(_K, busy * (1 - UNSTEADY) / _K), [busy * UNSTEADY]]
-            )
+            np.concatenate([[1 - busy], np.full(_K, busy * (1 - UNSTEADY) / _K), [busy * UNSTEADY]])
         )
     return np.asarray(mats), np.asarray(inits)
 
 
 _TRANS, _INIT = _transitions()
 _CHAIN_PRIOR = np.log(np.asarray([w for _, _, w in CHAINS]))
+# The chains a search weighs are the first ``chains`` of CHAINS: all, or the two whose load
+# comes in periods (the multi-axis search's: with the third it named 5 wrong steps at >= 99%
+# in 2100 busy worlds against 1 without it; docs/benchmarks.md, "A machine busy most ...").
+IN_PERIODS = 2
 
 
 def _forward(
@@ -65,6 +74,7 @@ def _forward(
     idx: NDArray[np.int64],
     gaps: int,
     filtered: list[NDArray[np.float64]] | None = None,
+    chains: int = len(CHAINS),
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """The forward algorithm for every chain, level shift and gap at once (emissions per
     shift, launch and state): the log-likelihood per (chain, shift, gap) and the last
@@ -72,14 +82,14 @@ def _forward(
     ``filtered`` when given."""
     js = np.arange(1, gaps + 1)
     past = idx[None, :] >= js[:, None]  # (gap, launch): the launch's point is past
-    h, d = len(CHAINS), emit_below.shape[0]
-    alpha = np.broadcast_to(_INIT[:, None, None, :], (h, d, gaps, _STATES)).copy()
+    h, d = chains, emit_below.shape[0]
+    alpha = np.broadcast_to(_INIT[:h, None, None, :], (h, d, gaps, _STATES)).copy()
     loglik = np.zeros((h, d, gaps))
     for t in range(len(idx)):
         e = _emit_at(emit_below, emit_past, past, t)
         top = e.max(axis=2, keepdims=True)
         if t > 0:
-            alpha = np.einsum("hdgs,hsr->hdgr", alpha, _TRANS)
+            alpha = np.einsum("hdgs,hsr->hdgr", alpha, _TRANS[:h])
         f = alpha * np.exp(e - top)[None]
         c = f.sum(axis=3)
         loglik += np.log(c) + top[None, ..., 0]
@@ -107,18 +117,19 @@ def _machine_states(
     emit_past: NDArray[np.float64],
     idx: NDArray[np.int64],
     gaps: int,
+    chains: int,
 ) -> NDArray[np.float64]:
     """Forward-backward: each launch's machine state per (chain, shift, gap) given every
     launch, before and after it (launch, chain, shift, gap, state)."""
     filtered: list[NDArray[np.float64]] = []
-    _forward(emit_below, emit_past, idx, gaps, filtered)
+    _forward(emit_below, emit_past, idx, gaps, filtered, chains)
     past = idx[None, :] >= np.arange(1, gaps + 1)[:, None]
     beta = np.ones_like(filtered[-1])
     out = [filtered[-1]]
     for t in range(len(idx) - 1, 0, -1):
         e = _emit_at(emit_below, emit_past, past, t)
         step = beta * np.exp(e - e.max(axis=2, keepdims=True))[None]
-        beta = np.einsum("hsr,hdgr->hdgs", _TRANS, step)
+        beta = np.einsum("hsr,hdgr->hdgs", _TRANS[:chains], step)
         beta = beta / beta.sum(axis=3, keepdims=True)
         post = filtered[t - 1] * beta
         out.append(post / post.sum(axis=3, keepdims=True))
@@ -133,12 +144,12 @@ def _slow_launches(
     weight: NDArray[np.float64],
 ) -> NDArray[np.float64]:
     """Each launch's probability of having run slow (a busy state, or a lone outlier in the
-    normal one), over every chain, shift and gap by ``weight`` (their posterior)."""
-    states = _machine_states(emit[0], emit[1], idx, gaps)  # (launch, chain, shift, gap, state)
+    normal one), over every chain, shift and gap by ``weight`` (their posterior: its first
+    axis the chains weighed)."""
+    # (launch, chain, shift, gap, state)
+    states = _machine_states(emit[0], emit[1], idx, gaps, weight.shape[0])
     past = idx[None, :] >= np.arange(1, gaps + 1)[:, None]  # (gap, launch)
     # (launch, shift, gap): the outlier share on the side the launch's point is, per gap
-    share = np.exp(
-        np.where(past.T[:, None, :], outlier[1].T[:, :, None], outlier[0].T[:, :, None])
-    )
+    share = np.exp(np.where(past.T[:, None, :], outlier[1].T[:, :, None], outlier[0].T[:, :, None]))
     per = (1 - states[..., 0]) + states[..., 0] * share[:, None]
     return np.asarray(np.einsum("thdg,hdg->t", per, weight), dtype=np.float64)

@@ -31,13 +31,14 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from perfbisect.bisect.search.hypotheses import OUTLIER
 from perfbisect.bisect.search.machine import _F as _BUSY_F
-from perfbisect.bisect.search.machine import CHAINS, SWITCH
-from perfbisect.bisect.search.model import OUTLIER, Belief
+from perfbisect.bisect.search.machine import CHAINS, SHARED, SWITCH
+from perfbisect.bisect.search.model import Belief
 
 _F = np.concatenate([[0.0], _BUSY_F])  # log slow-down per machine state
 _SLOW = (math.log(1.15), math.log(3.0))
-_STAY = max(stay for _, stay, _ in CHAINS) * (1 - SWITCH)
+_STAY = CHAINS[SHARED][1] * (1 - SWITCH)
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,7 @@ def pair_gains(b: Belief) -> NDArray[np.float64]:
     busy = 1 - b.busy_next[0]
     # The pair's ratio misleads when the state changes between its two launches, or a lone
     # outlier hits one of them.
-    start = max(s for s, _, _ in CHAINS)
+    start = CHAINS[SHARED][0]
     # busy launch by launch, the two launches' factors differ as often as not
     unsteady = b.busy_next[-1]
     err = 2 * OUTLIER + (1 - busy) * start + (busy - unsteady) * (1 - _STAY) + unsteady * 0.5

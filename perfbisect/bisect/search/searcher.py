@@ -39,6 +39,7 @@ class ModelEngine(EngineState):
     """The crossing-first search over one path, decided by one posterior."""
 
     noise_from_fastest = True  # (engine_state.py: the noise from launches near the best)
+    busy_most_weighed = True  # (engine_state.py: a machine busy most of the time weighed too)
 
     def __init__(
         self,

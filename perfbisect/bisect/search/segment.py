@@ -23,7 +23,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from perfbisect.bisect.engine_state import EngineState, _Batch
-from perfbisect.bisect.search.model import Belief, believe, point_level
+from perfbisect.bisect.search.hypotheses import point_level
+from perfbisect.bisect.search.machine import CHAINS, IN_PERIODS
+from perfbisect.bisect.search.model import Belief, believe
 from perfbisect.bisect.search.pairs import MORE_PAIRS, PAIR_FROM, PAIRS_QUIET, PAIRS_SHARED, Pairs
 from perfbisect.bisect.search.planner import plan
 from perfbisect.bisect.search.stop import Named, launches_to_target, likeliest, named, stop_at
@@ -114,7 +116,8 @@ def belief(
     times = _times(state)
     launches = [(j, times[i]) for i, j in at]
     t = _threshold(state, threshold)
-    return believe(launches, len(order) - 1, t, state.rel_sd(), prior, per_launch)
+    chains = len(CHAINS) if state.busy_most_weighed else IN_PERIODS
+    return believe(launches, len(order) - 1, t, state.rel_sd(), prior, per_launch, chains)
 
 
 def costs(state: EngineState, order: Sequence[int]) -> NDArray[np.float64]:

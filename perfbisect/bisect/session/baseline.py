@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfbisect.bisect.search.model import point_level
+from perfbisect.bisect.search.hypotheses import point_level
 from perfbisect.bisect.values import LaunchRequest, LaunchResult, PointResult, Purpose
 from perfbisect.config import Configuration
 
