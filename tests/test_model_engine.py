@@ -124,7 +124,7 @@ LOAD_WRONG_BY_RULES = [13, 44, 73, 79, 80, 82, 95, 96, 116]
 @pytest.mark.parametrize("trial", LOAD_WRONG_BY_RULES)
 def test_load_worlds_the_rules_named_wrong_are_named_right(trial: int) -> None:
     bench = _bench()
-    world = bench.load_comes_and_goes(1024, random.Random(1_000_003 + trial), 0.04, 0.03, False)
+    world = _load_world("load_comes_and_goes", 1_000_003 + trial)
     result = bench.run_perfbisect(world, 1024, Policy(), model=True)
     assert result.status is Status.FOUND and result.correct, (result.named, world.culprit)
     assert result.confidence is not None and result.confidence >= 0.99
@@ -133,7 +133,7 @@ def test_load_worlds_the_rules_named_wrong_are_named_right(trial: int) -> None:
 def test_the_rules_named_a_wrong_configuration_in_the_first_of_those_worlds() -> None:
     # What the test above guards against, on today's rule engine (one world: it runs slowly).
     bench = _bench()
-    world = bench.load_comes_and_goes(1024, random.Random(1_000_003 + 13), 0.04, 0.03, False)
+    world = _load_world("load_comes_and_goes", 1_000_003 + 13)
     result = bench.run_perfbisect(world, 1024, Policy())
     assert result.status is Status.FOUND and not result.correct
 
@@ -215,15 +215,19 @@ LOAD_WRONG_BY_THE_MODEL = [47, 166]
 @pytest.mark.parametrize("trial", LOAD_WRONG_BY_THE_MODEL)
 def test_load_worlds_the_model_named_wrong_at_99_are_named_right(trial: int) -> None:
     bench = _bench()
-    world = bench.load_comes_and_goes(1024, random.Random(1_000_003 + trial), 0.04, 0.03, False)
+    world = _load_world("load_comes_and_goes", 1_000_003 + trial)
     result = bench.run_perfbisect(world, 1024, Policy(), model=True)
     assert result.status is Status.FOUND and result.correct, (result.named, world.culprit)
 
 
 def _named_right_at_99(scenario: str, seed: int) -> None:
     """A seeded world of a load scenario (``random.Random(seed)``) named right at >= 99%."""
-    bench = _bench()
-    _world_named_right_at_99(getattr(bench, scenario)(1024, random.Random(seed), 0.04, 0.03, False))
+    _world_named_right_at_99(_load_world(scenario, seed))
+
+
+def _load_world(scenario: str, seed: int) -> Any:
+    """A seeded world of a load scenario (``random.Random(seed)``), 1024 commits."""
+    return getattr(_bench(), scenario)(1024, random.Random(seed), 0.04, 0.03, False)
 
 
 def _world_named_right_at_99(world: Any) -> None:
@@ -306,7 +310,7 @@ def test_a_bad_end_read_only_in_busy_periods_is_named_right(scenario: str, seed:
 # With a quiet and a shared chain alone the slow launches read as levels, and 14 of 40 such
 # worlds were named wrong at >= 99%: trial 9 (culprit 625) named 647 at 99.9994% after 21
 # launches, trial 38 (culprit 623) 601 at 99.999998%. A third chain, busy most of the time,
-# and the ends' shifts weighed about as likely as their levels as read where it holds 1% of
+# and the ends' shifts weighed about as likely as their levels as read where it holds half of
 # the posterior: neither named wrong (trial 9 ends ambiguous after 160 launches, trial 38 is
 # named right after 37; wrong names still left in this scenario: docs/benchmarks.md).
 BUSY_LAUNCH_BY_LAUNCH_WRONG_BEFORE_THIRD_CHAIN = [
@@ -317,9 +321,8 @@ BUSY_LAUNCH_BY_LAUNCH_WRONG_BEFORE_THIRD_CHAIN = [
 
 @pytest.mark.parametrize(("scenario", "seed"), BUSY_LAUNCH_BY_LAUNCH_WRONG_BEFORE_THIRD_CHAIN)
 def test_a_machine_slow_two_launches_in_three_is_no_level(scenario: str, seed: int) -> None:
-    bench = _bench()
-    world = getattr(bench, scenario)(1024, random.Random(seed), 0.04, 0.03, False)
-    result = bench.run_perfbisect(world, 1024, Policy(), model=True)
+    world = _load_world(scenario, seed)
+    result = _bench().run_perfbisect(world, 1024, Policy(), model=True)
     assert result.status is not Status.FOUND or result.correct, (result.named, world.culprit)
 
 
@@ -441,7 +444,7 @@ def test_a_world_whose_pairs_disagreed_at_99_is_named_at_the_stop_rules_margin()
     # 99%: it ended ambiguous. The stop rule asks the posterior for 99.9% now (stop.py's
     # margin), and the launches that takes name the culprit.
     bench = _bench()
-    world = bench.load_comes_and_goes(1024, random.Random(2_000_013), 0.04, 0.03, False)
+    world = _load_world("load_comes_and_goes", 2_000_013)
     result = bench.run_perfbisect(world, 1024, Policy(), model=True)
     assert result.status is Status.FOUND and result.correct, (result.named, world.culprit)
     assert result.confidence is not None and result.confidence >= 0.999
@@ -450,8 +453,7 @@ def test_a_world_whose_pairs_disagreed_at_99_is_named_at_the_stop_rules_margin()
 def test_on_a_shared_machine_the_named_bracket_runs_back_to_back_twice() -> None:
     # The busy world of the first seed above: the machine is read as shared, so the bracket
     # named is launched A B A B (its pairs may come from the planner too) before it is named.
-    bench = _bench()
-    world = bench.load_comes_and_goes(1024, random.Random(1_000_003 + 166), 0.04, 0.03, False)
+    world = _load_world("load_comes_and_goes", 1_000_003 + 166)
     engine = ModelEngine(_path(1024), Policy())
     order = _run(engine, lambda p: LaunchResult(world.launch(p)))
     outcome = engine.outcome

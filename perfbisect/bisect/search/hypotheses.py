@@ -21,7 +21,7 @@ from perfbisect.bisect.search.machine import (
     _CHAIN_PRIOR,
     _F,
     _K,
-    CHAINS,
+    BUSY_MOST,
     _forward,
 )
 
@@ -58,15 +58,15 @@ def _shift_prior(none: float, alike: float, one_end: float, own: float) -> NDArr
     return np.log(np.asarray(mass, dtype=np.float64))
 
 
-# The machine chains (machine.CHAINS) busy most of the time: there an end's launches all ran
-# slow about as often as not (two launches in three slow: both of an end's two, 0.44), so its
-# level read from them is one guess among the factors' (a good end read 1.6x slow set the
-# good level at the bad one's, and a wrong step was named at > 99.9%).
-_BUSY_MOST = np.asarray([start / (1 - stay + start) >= 0.5 for start, stay, _ in CHAINS])
+# The ends' shifts' prior per machine chain. On a chain busy most of the time
+# (machine.BUSY_MOST) an end's launches all ran slow about as often as not (two launches in
+# three slow: both of an end's two, 0.44), so its level read from them is one guess among
+# the factors' (a good end read 1.6x slow set the good level at the bad one's, and a wrong
+# step was named at > 99.9%).
 _END_SHIFT_PRIOR = np.asarray(
     [
         _shift_prior(0.3, 0.2, 0.2, 0.1) if most else _shift_prior(0.88, 0.06, 0.057, 0.0024)
-        for most in _BUSY_MOST
+        for most in BUSY_MOST
     ]
 )
 

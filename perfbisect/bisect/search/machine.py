@@ -39,6 +39,11 @@ _BUSY_SPREAD = 0.5 * (_F[1] - _F[0])  # half the grid's spacing, added to the no
 _STATES = _K + 2
 
 
+def _busy_share(start: float, stay: float) -> float:
+    """A chain's stationary share of busy launches."""
+    return start / (1 - stay + start)
+
+
 def _transitions() -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Per chain: the transition matrix (states x states) and the first launch's state."""
     mats, inits = [], []
@@ -53,7 +58,7 @@ def _transitions() -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         np.fill_diagonal(m[steady, steady], stay * (1 - SWITCH))
         m[-1, -1] = stay
         mats.append(m)
-        busy = start / (1 - stay + start)
+        busy = _busy_share(start, stay)
         inits.append(
             np.concatenate([[1 - busy], np.full(_K, busy * (1 - UNSTEADY) / _K), [busy * UNSTEADY]])
         )
@@ -62,10 +67,13 @@ def _transitions() -> tuple[NDArray[np.float64], NDArray[np.float64]]:
 
 _TRANS, _INIT = _transitions()
 _CHAIN_PRIOR = np.log(np.asarray([w for _, _, w in CHAINS]))
-# The chains a search weighs are the first ``chains`` of CHAINS: all, or the two whose load
+# The chains busy most of the time (more than half of their launches slow); they come last.
+BUSY_MOST = np.asarray([_busy_share(start, stay) >= 0.5 for start, stay, _ in CHAINS])
+# The chains a search weighs are the first ``chains`` of CHAINS: all, or those whose load
 # comes in periods (the multi-axis search's: with the third it named 5 wrong steps at >= 99%
 # in 2100 busy worlds against 1 without it; docs/benchmarks.md, "A machine busy most ...").
-IN_PERIODS = 2
+IN_PERIODS = int(np.sum(~BUSY_MOST))
+assert not BUSY_MOST[:IN_PERIODS].any(), "the chains busy most of the time come last"
 
 
 def _forward(

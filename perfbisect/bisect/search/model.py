@@ -50,13 +50,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from perfbisect.bisect.search.hypotheses import (
-    _BUSY_MOST,
     _end_levels,
     _hypotheses,
     _Launches,
     point_level,
 )
-from perfbisect.bisect.search.machine import _TRANS, CHAINS, _slow_launches
+from perfbisect.bisect.search.machine import _TRANS, BUSY_MOST, CHAINS, _slow_launches
 
 
 @dataclass(frozen=True)
@@ -167,7 +166,7 @@ def believe(
         cum = np.concatenate([[0.0], np.cumsum(weights)])
         mass = cum[points[1:] + 1] - cum[points[:-1] + 1]
     w = hyp.weights(mass)
-    if not doubted and float(w[_BUSY_MOST[:chains]].sum() / w.sum()) >= 0.5:
+    if not doubted and float(w[BUSY_MOST[:chains]].sum() / w.sum()) >= 0.5:
         # A machine likelier busy most of the time than not may have run an end's every
         # launch slow: the ends' levels read from them are then a guess among the shifts'.
         # (At a 1% share, a quiet world's middle level near the threshold, which the third
