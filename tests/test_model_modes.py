@@ -292,6 +292,22 @@ def test_multi_axis_worlds_that_named_a_wrong_step_at_99_claim_none(
     assert not run.sure_wrong, (scenario, trial, run)
 
 
+# Quiet worlds of multiaxis_bench.py (seed 1, two patches that regress only together) where
+# ddmin's first run, steered by answers on one launch, took a wrong turn: p6 read past on one
+# slow outlier launch (7: its minimal set {p6}, asked at the target, is not past, and ddmin runs
+# again at the target), and p1 read past on two outlier launches in a row (502: with its set's
+# question at the target left out, {} -> {p1} was named at 99.98% on those two launches).
+STEERED_WRONG = [7, 502]
+
+
+@pytest.mark.parametrize("trial", STEERED_WRONG)
+def test_a_ddmin_run_steered_wrong_by_an_outlier_still_names_the_right_pair(trial: int) -> None:
+    bench = _bench("multiaxis_bench")
+    s, rng = next((s, r) for s, r in bench.worlds(1, trial) if s.name.startswith("two patches"))
+    run = bench.run(s, rng, "model", busy_p=0.0)
+    assert run.correct and not run.sure_wrong, (trial, run)
+
+
 def test_a_ddmin_set_of_two_is_named_only_when_each_member_shows_back_to_back() -> None:
     # Two patches that regress only together: the set is right, and each member's step (the
     # set without it -> the set) ran back to back before it was named.

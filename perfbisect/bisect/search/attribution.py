@@ -15,7 +15,9 @@ the model's slow launches and busy periods decide it, and the planner picks the 
 target confidence (or its launches run out: the likelier side, UNCLEAR). A ddmin result is a
 step like any other: its subset without its last member and the subset are searched as a path
 between the references, named only at the target with the two launched back to back; a result
-the posterior does not hold up runs ddmin once more. Every measured configuration is one point
+the posterior does not hold up runs ddmin once more. (ddmin's own questions only steer its
+descent: the first run takes a subset's side at 90% on one launch, and asks its minimal set
+at the target.) Every measured configuration is one point
 of the growing path, so the session driver stores, replays and reports it like any other.
 """
 
@@ -61,8 +63,15 @@ from perfbisect.config import Configuration
 # The most pairs a step's two sides get before it is said rather than named (the search's own
 # included): as many as a bracket on a shared machine gets (pairs.py).
 _MOST_PAIRS = PAIRS_SHARED + MORE_PAIRS
-DDMIN_ATTEMPTS = 2  # a ddmin result the posterior does not hold up is searched once more
+# ddmin runs at the target after a minimal set that did not hold (after the steered one)
+DDMIN_ATTEMPTS = 2
 _QUESTION_LAUNCHES = 2  # launches one question may take, in units of the policy's maximum
+# ddmin's questions steer its descent; only the minimal set it ends on is named, after its own
+# question at the target and its members' steps back to back. A wrong turn costs ddmin run
+# again (about ten launches), a second launch of a subset one, so a subset's answer steers at
+# 1 - 1/10 and on one launch (quiet multi-axis table: one bad patch 19.45 -> 17.26 launches,
+# two together 25.15 -> 23.21, the patch stack 31.18 -> 26.39; docs/benchmarks.md).
+_STEER = 0.9
 
 _Steps = Generator[_Batch, list[LaunchResult], tuple[list[tuple[int, int]], list[Culprit]]]
 
@@ -148,24 +157,27 @@ class ModelMultiAxis(MeasuredConfigurations, EngineState):
         refs: tuple[int, int],
         threshold: float | None,
         target: float | None = None,
+        steering: bool = False,
     ) -> Generator[_Batch, list[LaunchResult], bool]:
         """Does ``position`` lie past the threshold between the references' levels? The
         posterior of the three-point path (lower reference, it, upper reference) answers at the
-        target confidence; the planner picks the launches until it does."""
+        target confidence; the planner picks the launches until it does. ``steering``: an
+        answer that only steers a search (ddmin's descent), at ``_STEER`` and on one launch."""
         lo_ref, hi_ref = refs
         if position in refs:
             return position == hi_ref
         if position not in self.launches and position not in self.skip_reason:
             yield self._request([position], Purpose.SEARCH)
         order = [lo_ref, position, hi_ref]
-        target, spent = target or self.policy.confidence, 0
+        target, spent = _STEER if steering else target or self.policy.confidence, 0
         cap = _QUESTION_LAUNCHES * self.policy.max_launches
         while True:
             if position in self.skip_reason or position in self.gave_up:
                 self._set_verdict(position, Verdict.SKIP)
                 return False
             below = sides(belief(self, order, threshold))[1]
-            if below <= 1 - target and len(self.launches[position]) < 2 and spent < cap:
+            once = len(self.launches[position]) < 2 and not steering
+            if below <= 1 - target and once and spent < cap:
                 # "Past" only on two launches: a lone slow launch can make a point read past;
                 # none makes one read below. (A step is named only back to back: search().)
                 spent += 1
@@ -357,14 +369,23 @@ class ModelMultiAxis(MeasuredConfigurations, EngineState):
         members claims each is needed, and ddmin's answers alone held that claim wrongly on
         a busy machine (the references read in a busy period, a configuration with the bad
         patch read below their threshold): each member's step must show back to back too. A
-        result the posterior names elsewhere runs ddmin once more."""
-
-        def fails(subset: list[str]) -> Generator[_Batch, list[LaunchResult], bool]:
-            return (yield from self._past(at(subset), refs, threshold))
-
+        result the posterior names elsewhere runs ddmin once more. The first run's subsets
+        steer on one launch at ``_STEER``; its minimal set is asked at the target first."""
         answer = Answer(refs[0], refs[1], 0.0, False, "ddmin found no subset")
-        for _ in range(DDMIN_ATTEMPTS):
+        for attempt in range(1 + DDMIN_ATTEMPTS):
+            # The first run steers on answers at _STEER; those after a minimal set that did
+            # not hold ask every subset at the target (on a busy machine one such run after the
+            # steered one named 95.0% of one bad patch against 98.3% for two runs at the target).
+            steering = attempt == 0
+
+            def fails(
+                subset: list[str], steering: bool = steering
+            ) -> Generator[_Batch, list[LaunchResult], bool]:
+                return (yield from self._past(at(subset), refs, threshold, steering=steering))
+
             minimal = yield from ddmin(items, fails)
+            if steering and not (yield from self._past(at(minimal), refs, threshold)):
+                continue  # the minimal set, asked at the target, is not past
             for member in minimal:  # the last one last: its step is the one reported
                 lo, hi = at([m for m in minimal if m != member]), at(minimal)
                 order = list(dict.fromkeys([refs[0], lo, hi, refs[1]]))
