@@ -11,7 +11,13 @@ on it, one after the other, each with its own history database; both engines mee
 load process, not the same load moments (which is the point: a load that comes and goes).
 
     python benchmarks/live_load_bench.py [--trials 6] [--n 40] [--engines rules,model]
-        [--quiet] [--seed 1] [--markdown] [--keep DIR]
+        [--quiet] [--seed 1] [--markdown] [--keep DIR] [--torch cuda] [--deadline-s S]
+
+``--torch DEVICE``: the program is a chain of matrix products on DEVICE (PyTorch; ``cuda`` on a
+GPU machine), 25% more of them from the culprit on, and the load is other processes running
+matrix products on the same device in busy periods (``--busy-s``, after quiet periods of about
+``--quiet-s``): another job sharing the GPU, time-sliced with it. ``--deadline-s``: no trial
+starts after that many seconds (a device call has a limit), and the table holds those run.
 
 Counted per search: named right / named wrong / no culprit named, launches, wall time, and the
 confidence claimed when the name was wrong. ``--quiet`` runs without the load generator (the
@@ -75,6 +81,51 @@ BASE_ROUNDS = 60_000  # about 5 ms per sample on the development machine
 SLOWER = 1.25
 BURN = "while True: pass"
 
+# --torch: a sample is ROUNDS products of one SIZE x SIZE matrix, synchronised (about 5 ms at
+# 4096 in bf16 on an H100 or H200); the load, another process's products on the same device.
+TORCH_WORK = """\
+import torch
+
+ROUNDS = {rounds}
+DEVICE = "{device}"
+SIZE = {size}
+_A = []
+
+
+def work() -> int:
+    if not _A:
+        torch.manual_seed(0)
+        dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+        _A.append(torch.randn(SIZE, SIZE, device=DEVICE, dtype=dtype) / SIZE**0.5)
+    a = _A[0]
+    x = a
+    for _ in range(ROUNDS):
+        x = x @ a
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+    return int(x.shape[0])
+"""
+TORCH_ROUNDS = {"cuda": 25, "cpu": 2}
+TORCH_SIZE = {"cuda": 4096, "cpu": 512}
+# Another job on the same device: bursts of products (about 2 ms on an H100) with a pause as
+# long between them, so one such process slows the program about 1.5-2x and two about 2-3x
+# (time-sliced with it), the busy factors of the simulated machine (search_bench.py --load).
+TORCH_BURN = """\
+import time
+
+import torch
+
+d = {device!r}
+dtype = torch.bfloat16 if d == "cuda" else torch.float32
+a = torch.randn({size}, {size}, device=d, dtype=dtype) / {size} ** 0.5
+while True:
+    for _ in range(10):
+        b = a @ a
+    if d == "cuda":
+        torch.cuda.synchronize()
+    time.sleep(0.002)
+"""
+
 
 def git(repo: Path, *args: str) -> str:
     return subprocess.run(
@@ -82,8 +133,9 @@ def git(repo: Path, *args: str) -> str:
     ).stdout.strip()
 
 
-def make_repo(where: Path, n: int, culprit: int) -> list[str]:
-    """``n`` commits; from ``culprit`` on, work() runs SLOWER times the rounds."""
+def make_repo(where: Path, n: int, culprit: int, device: str | None = None) -> list[str]:
+    """``n`` commits; from ``culprit`` on, work() runs SLOWER times the rounds (``device``:
+    the torch program's)."""
     repo = where / "repo"
     repo.mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
@@ -92,8 +144,15 @@ def make_repo(where: Path, n: int, culprit: int) -> list[str]:
     (repo / "measure.py").write_text(MEASURE)
     shas = []
     for i in range(n):
-        rounds = int(BASE_ROUNDS * (SLOWER if i >= culprit else 1.0))
-        (repo / "work.py").write_text(WORK.format(rounds=rounds))
+        base = BASE_ROUNDS if device is None else TORCH_ROUNDS.get(device, 2)
+        rounds = round(base * (SLOWER if i >= culprit else 1.0))
+        if device is None:
+            (repo / "work.py").write_text(WORK.format(rounds=rounds))
+        else:
+            size = TORCH_SIZE.get(device, 512)
+            (repo / "work.py").write_text(
+                TORCH_WORK.format(rounds=rounds, device=device, size=size)
+            )
         (repo / "notes.txt").write_text(f"commit {i}\n")
         git(repo, "add", "-A")
         git(repo, "commit", "-q", "-m", f"commit {i}")
@@ -104,10 +163,19 @@ def make_repo(where: Path, n: int, culprit: int) -> list[str]:
 
 class Load:
     """Busy periods of CPU burners (real processes in their own process group), started and
-    stopped on a seeded schedule until ``stop``; every burner is killed on the way out."""
+    stopped on a seeded schedule until ``stop``; every burner is killed on the way out.
+    ``device``: burners running matrix products on that torch device instead (1-2 of them)."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(
+        self,
+        seed: int,
+        device: str | None = None,
+        quiet_s: float = 15.0,
+        busy_s: tuple[float, float] = (5.0, 15.0),
+    ) -> None:
         self.rng = random.Random(seed)
+        self.device = device
+        self.quiet_s, self.busy_range = quiet_s, busy_s
         self.halt = threading.Event()
         self.burners: list[subprocess.Popen[bytes]] = []
         self.busy_s = 0.0
@@ -132,11 +200,15 @@ class Load:
         self.burners = []
 
     def _run(self) -> None:
-        while not self.halt.wait(self.rng.expovariate(1 / 15)):
-            busy = self.rng.uniform(5, 15)
-            k = self.rng.randint(2, 5)
+        while not self.halt.wait(self.rng.expovariate(1 / self.quiet_s)):
+            busy = self.rng.uniform(*self.busy_range)
+            if self.device is None:
+                k, code = self.rng.randint(2, 5), BURN
+            else:
+                size = TORCH_SIZE.get(self.device, 512)
+                k, code = self.rng.randint(1, 2), TORCH_BURN.format(device=self.device, size=size)
             self.burners = [
-                subprocess.Popen([sys.executable, "-c", BURN], start_new_session=True)
+                subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
                 for _ in range(k)
             ]
             start = time.monotonic()
@@ -163,13 +235,27 @@ def bisect(where: Path, good: str, bad: str, engine: str) -> Outcome:
     argv = [sys.executable, "-m", "perfbisect", "bisect", "start", "--good", good, "--bad", bad]
     argv += ["--engine", engine, "--no-explain", "--json"]
     start = time.monotonic()
-    done = subprocess.run(argv, cwd=where, env=env, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.Popen(
+        argv, cwd=where, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=1800)
+    except BaseException:
+        # SIGTERM, not SIGKILL: perfbisect then tears its launch down (a GPU program left
+        # running would slow every later trial) and saves the session.
+        proc.terminate()
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+        raise
     wall = time.monotonic() - start
     try:
-        report = json.loads(done.stdout)
+        report = json.loads(stdout)
     except json.JSONDecodeError:
-        sys.stderr.write(done.stderr[-2000:])
-        return Outcome(engine, None, False, None, 0, wall, f"exit {done.returncode}")
+        sys.stderr.write(stderr[-2000:])
+        return Outcome(engine, None, False, None, 0, wall, f"exit {proc.returncode}")
     culprit = report.get("culprit") or {}
     named = (culprit.get("first_bad") or {}).get("commit")
     return Outcome(
@@ -218,20 +304,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="no load generator")
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--keep", help="keep every trial's repository and histories here")
+    parser.add_argument("--torch", metavar="DEVICE", help="the program and the load on DEVICE")
+    parser.add_argument("--quiet-s", type=float, default=15.0, help="mean quiet period (s)")
+    parser.add_argument("--busy-s", default="5,15", help="busy periods' length range (s)")
+    parser.add_argument("--deadline-s", type=float, default=0.0, help="start no trial after it")
     args = parser.parse_args(argv)
+    # SIGTERM (`timeout`, a device call's limit) unwinds like Ctrl-C: the burners and the
+    # running search are stopped. Killed outright, a GPU run left its burners running into the
+    # next run (docs/examples/live_load_gpu/README.md).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    busy_lo, busy_hi = (float(x) for x in args.busy_s.split(","))
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     rng = random.Random(args.seed)
     outcomes: list[Outcome] = []
+    trials_run = 0
     print(f"load average before: {os.getloadavg()[0]:.2f} (cores: {os.cpu_count()})")
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pb-live-") as scratch:
         tmp = args.keep or scratch
-        load = None if args.quiet else Load(args.seed)
+        load = None if args.quiet else Load(args.seed, args.torch, args.quiet_s, (busy_lo, busy_hi))
         with load if load is not None else contextlib.nullcontext():
             for trial in range(args.trials):
+                if args.deadline_s and time.monotonic() - start > args.deadline_s:
+                    print(f"deadline: {trial} trials run", flush=True)
+                    break
+                trials_run = trial + 1
                 culprit = rng.randint(args.n // 4, 3 * args.n // 4)
                 where = Path(tmp) / f"t{trial}"
-                shas = make_repo(where, args.n, culprit)
+                shas = make_repo(where, args.n, culprit, args.torch)
                 order = engines if trial % 2 == 0 else engines[::-1]
                 for engine in order:
                     o = bisect(where, shas[0], shas[-1], engine)
@@ -248,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average after: {os.getloadavg()[0]:.2f}; {wall:.0f} s in all{busy}")
     print()
     print(
-        f"{args.trials} trials, n = {args.n} commits, +{SLOWER - 1:.0%} at a seeded commit, "
+        f"{trials_run} trials, n = {args.n} commits, +{SLOWER - 1:.0%} at a seeded commit, "
+        f"{'torch on ' + args.torch + ', ' if args.torch else ''}"
         f"{'quiet (no load generator)' if args.quiet else 'load comes and goes'}, seed {args.seed}"
     )
     print()

@@ -61,3 +61,29 @@ def test_without_a_ctrl_c_check_does_nothing_and_a_foreign_handler_is_kept() -> 
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_hangup_that_nohup_ignores_is_left_ignored_and_sigterm_is_taken_over() -> None:
+    # `nohup perfbisect bisect start ...` must run on when its terminal closes; SIGTERM, at
+    # Python's default (killed outright, no teardown), is taken over (tests/test_launch.py
+    # test_a_signal_during_measure_leaves_nothing runs it on a real session).
+    script = textwrap.dedent(
+        """
+        import signal
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        from perfbisect import interrupts
+
+        interrupts.install()
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        try:
+            signal.raise_signal(signal.SIGTERM)
+        except interrupts.Terminated as stop:
+            print(interrupts.stopped_by(stop))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "('terminated by SIGTERM', 143)", done.stdout

@@ -184,7 +184,20 @@ def test_launch_method_is_a_bisect_axis(cli: Cli, tmp_path: Path) -> None:
     assert report["culprit"]["first_bad"]["launch"] == "sitecustomize"
 
 
-def test_interrupt_during_measure_leaves_nothing(cli: Cli, tmp_path: Path) -> None:
+# Ctrl-C; SIGTERM (Slurm's scancel and time limit, `timeout`, `kill`, a CI job cancelled), which
+# killed perfbisect outright and left the tmux session's server running and the session
+# "running"; SIGHUP (the ssh session or terminal it ran in closed), likewise.
+STOPPING_SIGNALS = [
+    (signal.SIGINT, "interrupted"),
+    (signal.SIGTERM, "terminated by SIGTERM"),
+    (signal.SIGHUP, "terminated by SIGHUP"),
+]
+
+
+@pytest.mark.parametrize(("signum", "said"), STOPPING_SIGNALS)
+def test_a_signal_during_measure_leaves_nothing(
+    cli: Cli, tmp_path: Path, signum: signal.Signals, said: str
+) -> None:
     exp_path = experiment(tmp_path, "", '[launch]\nmethod = "tmux"\n')
     text = exp_path.read_text().replace(
         'measure = "python3 measure.py {port}"', 'measure = "sleep 60"'
@@ -210,9 +223,10 @@ def test_interrupt_during_measure_leaves_nothing(cli: Cli, tmp_path: Path) -> No
         pid_files = list((tmp_path / "cache").glob("worktrees/*/*/serve.pid"))
     assert pid_files, "the server never started"
     time.sleep(1.0)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    assert proc.returncode == 128 + signum, err
+    assert f"perfbisect: {said}; the session is saved" in err, err
     pids = [int(p) for p in pid_files[0].read_text().split()]
     states = {p: _state(p) for p in pids}
     assert all(s in ("gone", "Z") for s in states.values()), states
@@ -220,3 +234,5 @@ def test_interrupt_during_measure_leaves_nothing(cli: Cli, tmp_path: Path) -> No
         ["tmux", "list-sessions"], capture_output=True, text=True, env=cli.env
     )
     assert "perfbisect-" not in sessions.stdout
+    status = cli.run("bisect", "status")
+    assert status.stdout.startswith("session 1: interrupted"), status.stdout

@@ -161,10 +161,14 @@ def watch(
             raise typer.Exit(1 if result.new_regressions else 0)
         _say(f"watching {branch} every {interval_s:.0f}s (Ctrl-C stops)")
         watch_loop(one_round, interval_s, show)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        from perfbisect import interrupts
+
+        what, code = interrupts.stopped_by(stop)
         raise Interrupted(
-            "interrupted; every finished launch is in the series: the next `perfbisect watch` "
-            "goes on from there"
+            f"{what}; every finished launch is in the series: the next `perfbisect watch` "
+            "goes on from there",
+            code,
         ) from None
 
 

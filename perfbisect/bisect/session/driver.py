@@ -55,9 +55,14 @@ T = TypeVar("T")
 
 
 class Interrupted(PerfbisectError):
-    """Raised when the user pressed Ctrl-C; the session is left resumable."""
+    """Raised when the user pressed Ctrl-C (or SIGTERM / SIGHUP came); the session is left
+    resumable. ``exit_code``: 128 + the signal's number."""
 
     exit_code = 130
+
+    def __init__(self, message: str, exit_code: int = 130) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class Progress(Protocol):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from perfbisect import interrupts
 from perfbisect.bisect.axis_sets import AxisPlan
 from perfbisect.bisect.engine_state import EngineState
 from perfbisect.bisect.report.report import build_report
@@ -399,11 +400,13 @@ def _drive(
         if baseline:
             rounds = int(experiment.target.options.get("baseline_rounds", 2))
             driver.run(BaselineRuns([(0, path[0]), (len(path) - 1, path[-1])], rounds))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         driver.close()
         records.set_session_status(store, session_id, records.INTERRUPTED)
+        what, code = interrupts.stopped_by(stop)
         raise Interrupted(
-            f"interrupted; the session is saved: `{resume_command(store, session_id)}` continues it"
+            f"{what}; the session is saved: `{resume_command(store, session_id)}` continues it",
+            code,
         ) from None
     except MetricMatchedNothing:
         driver.close()  # nothing to resume: the experiment file must change first
