@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import Cli
 from test_one_truth import scripted_repo
@@ -314,8 +315,9 @@ def test_a_bad_end_read_only_in_busy_periods_is_named_right(scenario: str, seed:
 # the posterior: neither named wrong (trial 9 ends ambiguous after 160 launches, trial 38 is
 # named right after 37; wrong names still left in this scenario: docs/benchmarks.md).
 BUSY_LAUNCH_BY_LAUNCH_WRONG_BEFORE_THIRD_CHAIN = [
-    # 160 launches, each posterior over every launch before it: 130 s alone on a CI-like
-    # machine, past the suite's 300 s where other work shared its two cores.
+    # 163 launches, each posterior over every launch before it: ~60 s alone on a CI-like
+    # machine (130 s before the forward algorithm's matrix product), past the suite's 300 s
+    # where other work shared its two cores.
     pytest.param("busy_launch_by_launch", 7_000_012, marks=pytest.mark.timeout(900)),
     ("busy_launch_by_launch", 7_000_041),
 ]
@@ -545,3 +547,17 @@ def test_a_search_out_of_launches_says_the_target_and_what_the_stop_rule_asks() 
     assert outcome is not None and outcome.status is Status.AMBIGUOUS, outcome
     assert "the launch budget" in outcome.message, outcome.message
     assert "reaching 99% (the stop rule asks 99.9%) would take about" in outcome.message
+
+
+def test_the_forward_step_is_each_chains_transition() -> None:
+    # search/machine.py's _step (one matrix product per chain) is the sum it replaced:
+    # new[h, d, g, r] = sum_s states[h, d, g, s] * trans[h, s, r], and the backward pass's with
+    # the matrices transposed.
+    from perfbisect.bisect.search.machine import _TRANS, _step
+
+    rng = np.random.default_rng(3)
+    states = rng.random((len(_TRANS), 5, 7, _TRANS.shape[1]))
+    forward = np.einsum("hdgs,hsr->hdgr", states, _TRANS)
+    backward = np.einsum("hsr,hdgr->hdgs", _TRANS, states)
+    assert np.allclose(_step(states, _TRANS), forward, rtol=1e-12, atol=0)
+    assert np.allclose(_step(states, _TRANS.transpose(0, 2, 1)), backward, rtol=1e-12, atol=0)

@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 from numpy.typing import NDArray
+from threadpoolctl import threadpool_limits
 
 # (start, stay, prior weight): a quiet machine, a shared one whose busy periods last ~12, and
 # one busy most of the time, launch by launch (another job's load on and off between launches:
@@ -88,6 +89,26 @@ def _forward(
     shift, launch and state): the log-likelihood per (chain, shift, gap) and the last
     launch's filtered state per (chain, shift, gap); each launch's, appended to
     ``filtered`` when given."""
+    with _one_thread():
+        return _forward_pass(emit_below, emit_past, idx, gaps, filtered, chains)
+
+
+def _one_thread() -> threadpool_limits:
+    """This process's BLAS at one thread while a pass runs: its matrix products are small (rows
+    x 14 states), and a pool's threads cost more than they give, the more so where other
+    processes share the cores (a search of 163 launches: 66 s on two idle cores and 120 s on
+    two busy ones against 58 s on one thread)."""
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def _forward_pass(
+    emit_below: NDArray[np.float64],
+    emit_past: NDArray[np.float64],
+    idx: NDArray[np.int64],
+    gaps: int,
+    filtered: list[NDArray[np.float64]] | None,
+    chains: int,
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     js = np.arange(1, gaps + 1)
     past = idx[None, :] >= js[:, None]  # (gap, launch): the launch's point is past
     h, d = chains, emit_below.shape[0]
@@ -97,7 +118,7 @@ def _forward(
         e = _emit_at(emit_below, emit_past, past, t)
         top = e.max(axis=2, keepdims=True)
         if t > 0:
-            alpha = np.einsum("hdgs,hsr->hdgr", alpha, _TRANS[:h])
+            alpha = _step(alpha, _TRANS[:h])
         f = alpha * np.exp(e - top)[None]
         c = f.sum(axis=3)
         loglik += np.log(c) + top[None, ..., 0]
@@ -105,6 +126,15 @@ def _forward(
         if filtered is not None:
             filtered.append(alpha)
     return loglik, alpha
+
+
+def _step(states: NDArray[np.float64], trans: NDArray[np.float64]) -> NDArray[np.float64]:
+    """One launch's transition for every (chain, shift, gap) at once: ``states`` (chain, shift,
+    gap, state) times each chain's matrix, one matrix product per chain (einsum's generic loop
+    for the same sum took 60% of a long search's time)."""
+    h, d, g, k = states.shape
+    rows = np.matmul(states.reshape(h, d * g, k), trans)
+    return np.asarray(rows.reshape(h, d, g, k), dtype=np.float64)
 
 
 def _emit_at(
@@ -130,14 +160,28 @@ def _machine_states(
     """Forward-backward: each launch's machine state per (chain, shift, gap) given every
     launch, before and after it (launch, chain, shift, gap, state)."""
     filtered: list[NDArray[np.float64]] = []
-    _forward(emit_below, emit_past, idx, gaps, filtered, chains)
+    with _one_thread():
+        _forward_pass(emit_below, emit_past, idx, gaps, filtered, chains)
+        return _backward(emit_below, emit_past, idx, gaps, filtered, chains)
+
+
+def _backward(
+    emit_below: NDArray[np.float64],
+    emit_past: NDArray[np.float64],
+    idx: NDArray[np.int64],
+    gaps: int,
+    filtered: list[NDArray[np.float64]],
+    chains: int,
+) -> NDArray[np.float64]:
+    """The backward pass over the forward pass's filtered states: each launch's state given
+    every launch (launch, chain, shift, gap, state)."""
     past = idx[None, :] >= np.arange(1, gaps + 1)[:, None]
     beta = np.ones_like(filtered[-1])
     out = [filtered[-1]]
     for t in range(len(idx) - 1, 0, -1):
         e = _emit_at(emit_below, emit_past, past, t)
         step = beta * np.exp(e - e.max(axis=2, keepdims=True))[None]
-        beta = np.einsum("hsr,hdgr->hdgs", _TRANS[:chains], step)
+        beta = _step(step, _TRANS[:chains].transpose(0, 2, 1))
         beta = beta / beta.sum(axis=3, keepdims=True)
         post = filtered[t - 1] * beta
         out.append(post / post.sum(axis=3, keepdims=True))
