@@ -315,7 +315,7 @@ def test_a_bad_end_read_only_in_busy_periods_is_named_right(scenario: str, seed:
 # the posterior: neither named wrong (trial 9 ends ambiguous after 160 launches, trial 38 is
 # named right after 37; wrong names still left in this scenario: docs/benchmarks.md).
 BUSY_LAUNCH_BY_LAUNCH_WRONG_BEFORE_THIRD_CHAIN = [
-    # 163 launches, each posterior over every launch before it: ~60 s alone on a CI-like
+    # 163 launches, each posterior over every launch before it: ~50 s alone on a CI-like
     # machine (130 s before the forward algorithm's matrix product), past the suite's 300 s
     # where other work shared its two cores.
     pytest.param("busy_launch_by_launch", 7_000_012, marks=pytest.mark.timeout(900)),
@@ -561,3 +561,47 @@ def test_the_forward_step_is_each_chains_transition() -> None:
     backward = np.einsum("hsr,hdgr->hdgs", _TRANS, states)
     assert np.allclose(_step(states, _TRANS), forward, rtol=1e-12, atol=0)
     assert np.allclose(_step(states, _TRANS.transpose(0, 2, 1)), backward, rtol=1e-12, atol=0)
+
+
+def _forward_per_gap(
+    emit_below: Any, emit_past: Any, idx: Any, gaps: int
+) -> tuple[Any, Any, list[Any]]:
+    """The forward pass as written before its speed-ups: every gap's copy of a launch's
+    emissions exponentiated, the transition by einsum (the reference the fast one must equal)."""
+    from perfbisect.bisect.search.machine import _INIT, _TRANS
+
+    past = idx[None, :] >= np.arange(1, gaps + 1)[:, None]
+    h, d, k = len(_TRANS), emit_below.shape[0], _TRANS.shape[1]
+    alpha = np.broadcast_to(_INIT[:, None, None, :], (h, d, gaps, k)).copy()
+    loglik, filtered = np.zeros((h, d, gaps)), []
+    for t in range(len(idx)):
+        e = np.where(past[None, :, t, None], emit_past[:, None, t, :], emit_below[:, None, t, :])
+        top = e.max(axis=2, keepdims=True)
+        if t > 0:
+            alpha = np.einsum("hdgs,hsr->hdgr", alpha, _TRANS)
+        f = alpha * np.exp(e - top)[None]
+        c = f.sum(axis=3)
+        loglik += np.log(c) + top[None, ..., 0]
+        alpha = f / c[..., None]
+        filtered.append(alpha)
+    return loglik, alpha, filtered
+
+
+def test_the_forward_pass_is_the_per_gap_one() -> None:
+    # The forward pass exponentiates a launch's two rows (below, past) and picks one per gap;
+    # it must give what exponentiating every gap's copy gives, and the backward pass's states
+    # must be the per-gap filtered ones re-weighed by what came after.
+    from perfbisect.bisect.search.machine import _STATES, _forward, _machine_states
+
+    rng = np.random.default_rng(5)
+    shifts, launches, gaps = 4, 25, 6
+    emit_below = rng.normal(size=(shifts, launches, _STATES)) * 3
+    emit_past = rng.normal(size=(shifts, launches, _STATES)) * 3
+    idx = np.sort(rng.integers(0, gaps + 1, size=launches))
+    loglik, alpha, filtered = _forward_per_gap(emit_below, emit_past, idx, gaps)
+    fast_loglik, fast_alpha = _forward(emit_below, emit_past, idx, gaps)
+    assert np.allclose(fast_loglik, loglik, rtol=1e-12, atol=1e-12)
+    assert np.allclose(fast_alpha, alpha, rtol=1e-12, atol=1e-12)
+    states = _machine_states(emit_below, emit_past, idx, gaps, len(filtered[0]))
+    assert np.allclose(states[-1], filtered[-1], rtol=1e-12, atol=1e-12)  # nothing after it
+    assert np.allclose(states.sum(axis=-1), 1.0)

@@ -115,13 +115,12 @@ def _forward_pass(
     alpha = np.broadcast_to(_INIT[:h, None, None, :], (h, d, gaps, _STATES)).copy()
     loglik = np.zeros((h, d, gaps))
     for t in range(len(idx)):
-        e = _emit_at(emit_below, emit_past, past, t)
-        top = e.max(axis=2, keepdims=True)
+        scale, top = _emit_at(emit_below, emit_past, past, t)
         if t > 0:
             alpha = _step(alpha, _TRANS[:h])
-        f = alpha * np.exp(e - top)[None]
+        f = alpha * scale[None]
         c = f.sum(axis=3)
-        loglik += np.log(c) + top[None, ..., 0]
+        loglik += np.log(c) + top[None]
         alpha = f / c[..., None]
         if filtered is not None:
             filtered.append(alpha)
@@ -142,12 +141,20 @@ def _emit_at(
     emit_past: NDArray[np.float64],
     past: NDArray[np.bool_],
     t: int,
-) -> NDArray[np.float64]:
-    """Launch ``t``'s emissions per (shift, gap, state): its point below or past per gap."""
-    return np.asarray(
-        np.where(past[None, :, t, None], emit_past[:, None, t, :], emit_below[:, None, t, :]),
-        dtype=np.float64,
-    )
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Launch ``t``'s emissions per (shift, gap, state), its point below or past per gap, as
+    exp(emission - top) and top (per shift and gap: the largest over the states, log). Both
+    are computed for the two sides and picked per gap: the same numbers as computed per gap,
+    whose exponentials were a fifth of a search's time."""
+    scaled, tops = [], []
+    for emit in (emit_past, emit_below):
+        e = emit[:, t, :]
+        top = e.max(axis=1, keepdims=True)
+        scaled.append(np.exp(e - top))
+        tops.append(top)
+    side = past[:, t]
+    scale = np.where(side[None, :, None], scaled[0][:, None, :], scaled[1][:, None, :])
+    return np.asarray(scale, dtype=np.float64), np.where(side[None, :], tops[0], tops[1])
 
 
 def _machine_states(
@@ -179,8 +186,9 @@ def _backward(
     beta = np.ones_like(filtered[-1])
     out = [filtered[-1]]
     for t in range(len(idx) - 1, 0, -1):
-        e = _emit_at(emit_below, emit_past, past, t)
-        step = beta * np.exp(e - e.max(axis=2, keepdims=True))[None]
+        step = np.asarray(
+            beta * _emit_at(emit_below, emit_past, past, t)[0][None], dtype=np.float64
+        )
         beta = _step(step, _TRANS[:chains].transpose(0, 2, 1))
         beta = beta / beta.sum(axis=3, keepdims=True)
         post = filtered[t - 1] * beta
