@@ -25,6 +25,8 @@ from types import FrameType
 _requested = threading.Event()
 _received: list[int] = []  # the signal that stopped the session (the first one)
 _TERMINATING = (signal.SIGTERM, signal.SIGHUP)
+# The exit statuses of a process stopped by one of the signals taken over here (128 + it).
+STOPPED_EXIT_CODES = frozenset(128 + s for s in (signal.SIGINT, *_TERMINATING))
 
 
 class Terminated(KeyboardInterrupt):

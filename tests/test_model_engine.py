@@ -602,6 +602,18 @@ def test_the_forward_pass_is_the_per_gap_one() -> None:
     fast_loglik, fast_alpha = _forward(emit_below, emit_past, idx, gaps)
     assert np.allclose(fast_loglik, loglik, rtol=1e-12, atol=1e-12)
     assert np.allclose(fast_alpha, alpha, rtol=1e-12, atol=1e-12)
+    # the backward pass as written before: every gap's copy exponentiated, einsum
+    from perfbisect.bisect.search.machine import _TRANS
+
+    past = idx[None, :] >= np.arange(1, gaps + 1)[:, None]
+    beta, expected = np.ones_like(filtered[-1]), [filtered[-1]]
+    for t in range(launches - 1, 0, -1):
+        e = np.where(past[None, :, t, None], emit_past[:, None, t, :], emit_below[:, None, t, :])
+        step = beta * np.exp(e - e.max(axis=2, keepdims=True))[None]
+        beta = np.einsum("hsr,hdgr->hdgs", _TRANS, step)
+        beta = beta / beta.sum(axis=3, keepdims=True)
+        post = filtered[t - 1] * beta
+        expected.append(post / post.sum(axis=3, keepdims=True))
     states = _machine_states(emit_below, emit_past, idx, gaps, len(filtered[0]))
-    assert np.allclose(states[-1], filtered[-1], rtol=1e-12, atol=1e-12)  # nothing after it
+    assert np.allclose(states, np.asarray(expected[::-1]), rtol=1e-12, atol=1e-12)
     assert np.allclose(states.sum(axis=-1), 1.0)

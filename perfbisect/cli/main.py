@@ -139,16 +139,12 @@ def run() -> None:
     try:
         command()(args=completion.completion_args(sys.argv[1:]), prog_name="perfbisect")
     except PerfbisectError as exc:
-        stopped = exc.exit_code in _STOPPED
+        stopped = exc.exit_code in interrupts.STOPPED_EXIT_CODES
         message = str(exc).replace("\n", " | ") if not stopped else str(exc)
         _fail(message, exc.exit_code, type(exc).__name__, as_json)
     except KeyboardInterrupt as stop:
         what, code = interrupts.stopped_by(stop)
         _fail(what, code, "Interrupted", as_json)
-
-
-# Exit statuses of a run stopped by a signal (128 + SIGINT, SIGTERM, SIGHUP): no error.
-_STOPPED = (130, 143, 129)
 
 
 def _global_option_after_command(args: list[str]) -> str | None:
@@ -176,7 +172,9 @@ def _fail(message: str, code: int, kind: str, as_json: bool) -> None:
     """One line on stderr; with --json also one JSON object on stdout, so that a script that
     reads stdout always gets something it can parse. Ctrl-C (or SIGTERM, SIGHUP) is no error:
     said as what it is."""
-    prefix = "perfbisect: " if code in _STOPPED else "perfbisect: error: "
+    from perfbisect.interrupts import STOPPED_EXIT_CODES
+
+    prefix = "perfbisect: " if code in STOPPED_EXIT_CODES else "perfbisect: error: "
     print(f"{prefix}{message}", file=sys.stderr)
     if as_json:
         import json
