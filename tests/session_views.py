@@ -200,11 +200,28 @@ def _close(a: dict[int, Row], b: dict[int, Row]) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class Views:
+    """One session's views as the CLI printed them, each asked for once (a CLI call costs a
+    second or two of imports: callers check more on these rather than asking again)."""
+
+    report: dict[str, Any]  # `bisect report --json`
+    text: str  # `bisect report`
+    status: dict[str, Any]  # `bisect status --json`
+    status_text: str  # `bisect status`
+    log: list[dict[str, Any]]  # `bisect log --json`
+
+
 def same_numbers_in_every_view(
     cli: Cli, session: int, tmp_path: Path, code: int = 0
 ) -> dict[str, Any]:
     """Every view of ``session`` shows the same verdict, median, launches and launches set
     aside per configuration; the report (JSON) it checked against."""
+    return every_view(cli, session, tmp_path, code).report
+
+
+def every_view(cli: Cli, session: int, tmp_path: Path, code: int = 0) -> Views:
+    """As ``same_numbers_in_every_view``; the views it read."""
     s = str(session)
     report = cli.json("bisect", "report", s, "--json", codes=(code,))
     truth = from_json_report(report)
@@ -248,4 +265,4 @@ def same_numbers_in_every_view(
     for word in {row.verdict for row in truth.values()}:
         assert re.search(rf"^\s+{word}: \S", text.stdout, re.M), (word, text.stdout)
         assert word in report["legend"]
-    return report
+    return Views(report, text.stdout, status, status_text.stdout, log)

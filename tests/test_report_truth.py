@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import EXPERIMENT, Cli, make_repo, value_repo, wait_for_process
-from session_views import same_numbers_in_every_view
+from session_views import every_view
 
 # measure.py: prints the commit's value; the commit whose `index` matches `crash.json` fails on
 # the listed launch numbers (counted per worktree), as a server that dies during the workload.
@@ -65,10 +65,10 @@ def start_in_background(cli: Cli, good: str, bad: str, *extra: str) -> subproces
 
 def check_views(cli: Cli, session: int, code: int = 0) -> dict[str, Any]:
     """report --json, report, status --json, status, log --json agree, for any session."""
-    report = cli.json("bisect", "report", str(session), "--json", codes=(code,))
-    assert report["report_version"] == 5
     # the same numbers per configuration in every view (text, JSON, HTML, status, log)
-    same_numbers_in_every_view(cli, session, cli.cwd, code)
+    views = every_view(cli, session, cli.cwd, code)
+    report = views.report
+    assert report["report_version"] == 5
     culprit = report["culprit"]
     if culprit:
         point = next(p for p in report["path"] if p["position"] == culprit["position"])
@@ -77,22 +77,15 @@ def check_views(cli: Cli, session: int, code: int = 0) -> dict[str, Any]:
         assert point["verdict"] in ("bad", "intermediate"), (point, culprit)
         assert point["ms"] == culprit["first_bad_ms"]
         assert point["config"] == culprit["first_bad"]
-    status = cli.json("bisect", "status", str(session), "--json")
-    assert status["culprit"] == culprit
-    assert status["launches"] == report["launches"]
-    text = cli.run("bisect", "status", str(session))
-    assert text.returncode == 0, text.stderr
-    shown = cli.run("bisect", "report", str(session))
-    assert shown.returncode == code, shown.stderr
+    assert views.status["culprit"] == culprit
+    assert views.status["launches"] == report["launches"]
     if culprit:
         label = "first bad (" if point["verdict"] == "bad" else "first worse (intermediate) ("
-        assert label in shown.stdout
+        assert label in views.text
     if culprit and culprit.get("commit"):
-        assert culprit["commit"]["sha"] in shown.stdout
+        assert culprit["commit"]["sha"] in views.text
     # the log lists every launch; `bisect explain`'s diagnostic launches are not the search's
-    log = [
-        v for v in cli.json("bisect", "log", str(session), "--json") if v["purpose"] != "explain"
-    ]
+    log = [v for v in views.log if v["purpose"] != "explain"]
     assert len(log) == report["launches"]
     assert report["evaluations"] <= report["launches"]
     assert report["failed_launches"] == sum(1 for v in log if v["value"] is None)
