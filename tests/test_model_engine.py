@@ -92,15 +92,31 @@ def test_a_higher_is_better_metric_is_searched_in_its_direction() -> None:
     assert engine.outcome.culprit.first_bad.position == 40
 
 
-def test_slots_launch_several_points_per_round() -> None:
-    engine = ModelEngine(_path(1024), Policy(slots=4))
+def _clean_step_in_rounds(slots: int) -> tuple[ModelEngine, list[int]]:
+    """A search of a clean step (18 -> 29 ms at position 600 of 1024) with ``slots``; the
+    engine and its batches' sizes, after it named 600."""
+    engine = ModelEngine(_path(1024), Policy(slots=slots))
     sizes = []
     while batch := engine.next_batch():
         sizes.append(len(batch))
         engine.feed([LaunchResult(18.0 if r.position < 600 else 29.0) for r in batch])
     assert engine.outcome is not None and engine.outcome.culprit is not None
     assert engine.outcome.culprit.first_bad.position == 600
+    return engine, sizes
+
+
+def test_slots_launch_several_points_per_round() -> None:
+    engine, sizes = _clean_step_in_rounds(4)
     assert 4 in sizes and engine.rounds < 12  # fewer rounds than binary search's ~13
+
+
+def test_a_slot_beyond_the_first_launches_only_where_it_tells() -> None:
+    # Eight slots on a clean step: once the posterior's mass sits on a few positions, an even
+    # split left seven slots launches that told next to nothing (37 launches in 6 rounds);
+    # slots left idle cost a round's wall time, not launches.
+    engine, sizes = _clean_step_in_rounds(8)
+    assert max(sizes) >= 4 and engine.rounds <= 6  # still several per round, as few rounds
+    assert sum(sizes) <= 28, sizes
 
 
 def test_a_busy_machine_is_read_from_the_launch_order() -> None:
