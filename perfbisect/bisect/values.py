@@ -52,8 +52,9 @@ class Policy:
     # Crossing first: the search answers which configuration crosses the threshold and reports
     # the other level changes it saw as "seen, not searched"; True maps every step too.
     all_steps: bool = False
-    # Launches at once (the executor's slots): the search proposes this many points per round,
-    # splitting the bracket into slots + 1 parts (k-ary search); 1 is binary search.
+    # Launches at once (the executor's slots): the search proposes up to this many points per
+    # round, splitting the bracket into slots + 1 parts (k-ary search; the model leaves a slot
+    # idle where its point would tell next to nothing); 1 is binary search.
     slots: int = 1
     # The posterior the crossing must reach to be named (the model engine's stop rule).
     confidence: float = 0.99

@@ -163,8 +163,8 @@ def start(
         "--slots",
         min=1,
         metavar="<n>",
-        help="Launches at once (default: [executor] slots): the search proposes that many "
-        "points per round (k-ary search).",
+        help="Launches at once (default: [executor] slots): the search proposes up to that "
+        "many points per round (k-ary search).",
     ),
     no_wait: bool = NO_WAIT,
     ssh_config: str | None = typer.Option(
