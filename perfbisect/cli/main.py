@@ -9,6 +9,7 @@ import typer
 import typer.core
 import typer.main
 
+from perfbisect import interrupts  # the standard library only: no start-up cost
 from perfbisect.cli import (
     bisect_cmd,
     cache_cmd,
@@ -125,7 +126,6 @@ def version() -> None:
 
 
 def run() -> None:
-    from perfbisect import interrupts
     from perfbisect.errors import PerfbisectError
 
     as_json = "--json" in sys.argv[1:]
@@ -172,9 +172,7 @@ def _fail(message: str, code: int, kind: str, as_json: bool) -> None:
     """One line on stderr; with --json also one JSON object on stdout, so that a script that
     reads stdout always gets something it can parse. Ctrl-C (or SIGTERM, SIGHUP) is no error:
     said as what it is."""
-    from perfbisect.interrupts import STOPPED_EXIT_CODES
-
-    prefix = "perfbisect: " if code in STOPPED_EXIT_CODES else "perfbisect: error: "
+    prefix = "perfbisect: " if code in interrupts.STOPPED_EXIT_CODES else "perfbisect: error: "
     print(f"{prefix}{message}", file=sys.stderr)
     if as_json:
         import json
