@@ -579,6 +579,12 @@ def test_the_forward_step_is_each_chains_transition() -> None:
     assert np.allclose(_step(states, _TRANS.transpose(0, 2, 1)), backward, rtol=1e-12, atol=0)
 
 
+def _emissions_per_gap(emit_below: Any, emit_past: Any, past: Any, t: int) -> Any:
+    """Launch ``t``'s emissions copied per gap (its point below or past there): the form the
+    fast passes avoid exponentiating gap by gap."""
+    return np.where(past[None, :, t, None], emit_past[:, None, t, :], emit_below[:, None, t, :])
+
+
 def _forward_per_gap(
     emit_below: Any, emit_past: Any, idx: Any, gaps: int
 ) -> tuple[Any, Any, list[Any]]:
@@ -591,7 +597,7 @@ def _forward_per_gap(
     alpha = np.broadcast_to(_INIT[:, None, None, :], (h, d, gaps, k)).copy()
     loglik, filtered = np.zeros((h, d, gaps)), []
     for t in range(len(idx)):
-        e = np.where(past[None, :, t, None], emit_past[:, None, t, :], emit_below[:, None, t, :])
+        e = _emissions_per_gap(emit_below, emit_past, past, t)
         top = e.max(axis=2, keepdims=True)
         if t > 0:
             alpha = np.einsum("hdgs,hsr->hdgr", alpha, _TRANS)
@@ -624,7 +630,7 @@ def test_the_forward_pass_is_the_per_gap_one() -> None:
     past = idx[None, :] >= np.arange(1, gaps + 1)[:, None]
     beta, expected = np.ones_like(filtered[-1]), [filtered[-1]]
     for t in range(launches - 1, 0, -1):
-        e = np.where(past[None, :, t, None], emit_past[:, None, t, :], emit_below[:, None, t, :])
+        e = _emissions_per_gap(emit_below, emit_past, past, t)
         step = beta * np.exp(e - e.max(axis=2, keepdims=True))[None]
         beta = np.einsum("hsr,hdgr->hdgs", _TRANS, step)
         beta = beta / beta.sum(axis=3, keepdims=True)
