@@ -47,14 +47,39 @@ def _sqlite_path(url: str) -> Path | None:
     return None
 
 
+BUSY_TIMEOUT_MS = 10000
+
+
 def _on_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
-    # WAL lets `query` commands read while a bisect writes; busy_timeout waits for a writer
-    # instead of failing at once.
-    cursor.execute("PRAGMA journal_mode=WAL")
+    # busy_timeout waits for a writer instead of failing at once; WAL lets `query` commands
+    # read while a bisect writes.
+    cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    _enter_wal(cursor)
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=10000")
     cursor.close()
+
+
+def _enter_wal(cursor: Any) -> None:
+    """Switch the file to WAL, waiting for other connections as busy_timeout would. SQLite
+    takes the exclusive lock this switch needs without calling the busy handler, so on a new
+    file that several sessions open at once, one of them failed at once with "database is
+    locked" (1 start in 12 on a 2-core machine, 6 processes). WAL persists in the file: once
+    one connection has switched it, the others' pragma finds it switched."""
+    import sqlite3
+    import time
+
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    pause = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
 
 
 class Store:
