@@ -11,9 +11,8 @@ The engine is built in layers, each a class on the one below (no module imports 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from perfbisect.bisect.posterior import CrossingPosterior
 from perfbisect.bisect.stats import (
     OUTLIER_RATIO,
     Difference,
@@ -44,9 +43,12 @@ from perfbisect.bisect.values import (
 from perfbisect.config import Configuration
 from perfbisect.errors import lead_with_error
 
+if TYPE_CHECKING:  # numpy, a tenth of a second of every `bisect status`, only where it runs
+    from perfbisect.bisect.posterior import CrossingPosterior
+
 _Batch = list[LaunchRequest]
 # A segment's crossing posterior, its measured points and the launches it read (audit.py).
-_Posterior = tuple[CrossingPosterior, list[int], list[int]]
+_Posterior = tuple["CrossingPosterior", list[int], list[int]]
 _Search = Generator[_Batch, list[LaunchResult], None]
 _MAX_STEPS = 4  # steps reported at most: each further one costs a whole binary search
 _CORRECTED = -1  # from _verify: a verdict was corrected, the bracket moved (search on)

@@ -53,16 +53,12 @@ def _print_version(value: bool) -> None:
 
 
 def command() -> typer.core.TyperGroup:
-    """The click command behind `perfbisect`. An argument's help shows its name and text, not
-    the Python type Typer adds (``kinds... <list[str]>``): an argument's type is no metavar
-    that Typer lets a command set."""
+    """The click command behind `perfbisect`, its options' metavars named."""
     group = typer.main.get_command(app)
 
     def visit(cmd: Any) -> None:
         for param in cmd.params:
-            if isinstance(param, typer.core.TyperArgument):
-                param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
-            elif (
+            if (
                 isinstance(param, typer.core.TyperOption)
                 and not param.is_flag
                 and param.metavar is None

@@ -17,9 +17,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-from perfbisect.bisect.search.hypotheses import point_level
 from perfbisect.bisect.values import LaunchRequest, LaunchResult, PointResult, Purpose
 from perfbisect.config import Configuration
 
@@ -28,6 +25,12 @@ ROUNDS = 2  # with/without pairs per endpoint
 
 def _level(tokens_s: Sequence[float]) -> float:
     """Tokens/s as a level (``search.model.point_level`` on the time per token)."""
+    # Imported here: numpy is a tenth of a second of every `bisect report` / `status` / `log`,
+    # which import this module for SpeedupRow alone.
+    import numpy as np
+
+    from perfbisect.bisect.search.hypotheses import point_level
+
     return math.exp(-point_level(-np.log(np.asarray(tokens_s, dtype=np.float64))))
 
 
