@@ -45,7 +45,6 @@ from perfbisect.errors import lead_with_error
 
 if TYPE_CHECKING:  # numpy, a tenth of a second of every `bisect status`, only where it runs
     from perfbisect.bisect.posterior import CrossingPosterior
-
 _Batch = list[LaunchRequest]
 # A segment's crossing posterior, its measured points and the launches it read (audit.py).
 _Posterior = tuple["CrossingPosterior", list[int], list[int]]
