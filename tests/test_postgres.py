@@ -14,7 +14,7 @@ import pg_fixture
 import pytest
 from conftest import EXPERIMENT, Cli, value_repo
 from test_host_locks import check_host_locks, hold
-from test_store_open import check_opened_once
+from test_store_open import check_new_equals_migrated, check_opened_once
 
 from perfbisect.store.database import Store
 
@@ -86,3 +86,7 @@ def test_sessions_started_at_once_on_a_new_postgresql_database_all_open_it(
 ) -> None:
     for round_ in range(2):
         check_opened_once(pg.create_database(f"fresh{round_}"), tmp_path / f"go{round_}")
+
+
+def test_a_new_postgresql_history_has_the_migrations_schema(pg: pg_fixture.PgServer) -> None:
+    check_new_equals_migrated(pg.create_database("new_schema"), pg.create_database("migrated"))

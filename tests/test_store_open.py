@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, inspect, text
 
-from perfbisect.store.database import _on_connect
+from perfbisect.store.database import MIGRATIONS, Store, _on_connect, run_migrations
 
 # Each child waits for the go file, so all of them migrate the new database at the same moment.
 _OPEN = """
@@ -102,3 +102,65 @@ def test_connections_made_at_once_on_a_new_sqlite_file_all_enter_wal(tmp_path: P
         assert errors.empty(), f"round {round_}: {errors.get()}"
         with sqlite3.connect(path) as conn:
             assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def schema_of(url: str) -> dict[str, Any]:
+    """Every table's columns, keys, indexes and constraints, and the stamped revision."""
+    engine = create_engine(url)
+    found = inspect(engine)
+    tables: dict[str, Any] = {}
+    for table in sorted(found.get_table_names()):
+        tables[table] = {
+            "columns": [
+                (c["name"], str(c["type"]), c["nullable"], c.get("default"))
+                for c in found.get_columns(table)
+            ],
+            "primary key": found.get_pk_constraint(table)["constrained_columns"],
+            "foreign keys": sorted(
+                (tuple(f["constrained_columns"]), f["referred_table"], str(f.get("options")))
+                for f in found.get_foreign_keys(table)
+            ),
+            "indexes": sorted(
+                (i["name"], tuple(i["column_names"]), bool(i["unique"]))
+                for i in found.get_indexes(table)
+            ),
+            "unique": sorted(tuple(u["column_names"]) for u in found.get_unique_constraints(table)),
+        }
+    with engine.connect() as conn:
+        tables["stamped"] = conn.execute(text("SELECT version_num FROM alembic_version")).all()
+    engine.dispose()
+    return tables
+
+
+def check_new_equals_migrated(new_url: str, migrated_url: str) -> None:
+    """A new database (the models' tables, stamped at head, no alembic) holds the schema that
+    alembic's migrations from nothing give."""
+    Store(new_url).close()
+    engine = create_engine(migrated_url)
+    with engine.begin() as conn:
+        run_migrations(conn)
+    engine.dispose()
+    new, migrated = schema_of(new_url), schema_of(migrated_url)
+    assert len(new) > 5 and new == migrated
+
+
+def test_a_new_sqlite_history_has_the_migrations_schema(tmp_path: Path) -> None:
+    check_new_equals_migrated(f"sqlite:///{tmp_path / 'new.db'}", f"sqlite:///{tmp_path / 'm.db'}")
+
+
+def test_a_history_at_an_older_revision_is_migrated_to_head(tmp_path: Path) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    old, new = f"sqlite:///{tmp_path / 'old.db'}", f"sqlite:///{tmp_path / 'new.db'}"
+    engine = create_engine(old)
+    with engine.begin() as conn:
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS))
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0002")  # before the watch tables
+    engine.dispose()
+    assert "watch_series" not in schema_of(old)
+    Store(old).close()
+    Store(new).close()
+    assert schema_of(old) == schema_of(new)
