@@ -110,13 +110,6 @@ def _logsumexp_last(values: NDArray[Any]) -> NDArray[np.float64]:
     return np.where(np.isfinite(top[..., 0]), out, -np.inf)
 
 
-def _logsumexp(values: Sequence[float]) -> float:
-    top = max(values, default=-math.inf)
-    if top == -math.inf:
-        return -math.inf
-    return top + math.log(sum(math.exp(v - top) for v in values))
-
-
 def _logaddexp(a: float, b: float) -> float:
     if a == -math.inf:
         return b

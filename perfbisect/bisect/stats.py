@@ -50,9 +50,6 @@ class Estimate:
     hi: float
     n: int
 
-    def contains(self, value: float) -> bool:
-        return self.lo <= value <= self.hi
-
     def as_json(self) -> dict[str, object]:
         return {"median": self.median, "ci": [self.lo, self.hi], "launches": self.n}
 
@@ -216,14 +213,6 @@ def fastest_launches(values: list[float], higher_is_better: bool = False) -> lis
         return values
     best = min(times)
     return [v for v, t in zip(values, times, strict=True) if t < best * OUTLIER_RATIO]
-
-
-def launch_outliers(launch_values: Sequence[float]) -> list[int]:
-    """Indexes of launches whose median is more than 50% away from the configuration's median."""
-    if len(launch_values) < 3:
-        return []
-    centre = median(launch_values)
-    return [i for i, x in enumerate(launch_values) if abs(x - centre) > 0.5 * abs(centre)]
 
 
 def history_value(values: Sequence[float], higher_is_better: bool = False) -> tuple[float, int]:

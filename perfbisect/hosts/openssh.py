@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shlex
 import shutil
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from perfbisect.hosts.base import CommandResult
@@ -82,9 +81,6 @@ class OpenSshClient:
             remote_command = "/bin/sh -s"
         data = script.encode() if script is not None else None
         return LocalHost().run(self.argv(remote_command), timeout_s=timeout_s, input=data)
-
-    def run_argv(self, argv: Sequence[str], timeout_s: float = 60.0) -> CommandResult:
-        return self.run(shlex.join(argv), timeout_s=timeout_s)
 
     def describe(self) -> str:
         """The command line as the launch record shows it."""

@@ -312,11 +312,6 @@ def collect_reusable(
     return out
 
 
-def configuration_axes(db: Session, fingerprint: str) -> dict[str, Any]:
-    row = db.get(ConfigurationRow, fingerprint)
-    return dict(row.axes) if row else {}
-
-
 def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in data.items():
