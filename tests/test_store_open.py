@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, inspect, text
 
-from perfbisect.store.database import MIGRATIONS, Store, _on_connect, run_migrations
+from perfbisect.store.database import Store, _on_connect, run_migrations
 
 # Each child waits for the go file, so all of them migrate the new database at the same moment.
 _OPEN = """
@@ -149,16 +149,10 @@ def test_a_new_sqlite_history_has_the_migrations_schema(tmp_path: Path) -> None:
 
 
 def test_a_history_at_an_older_revision_is_migrated_to_head(tmp_path: Path) -> None:
-    from alembic import command
-    from alembic.config import Config
-
     old, new = f"sqlite:///{tmp_path / 'old.db'}", f"sqlite:///{tmp_path / 'new.db'}"
     engine = create_engine(old)
     with engine.begin() as conn:
-        config = Config()
-        config.set_main_option("script_location", str(MIGRATIONS))
-        config.attributes["connection"] = conn
-        command.upgrade(config, "0002")  # before the watch tables
+        run_migrations(conn, "0002")  # before the watch tables
     engine.dispose()
     assert "watch_series" not in schema_of(old)
     Store(old).close()

@@ -144,10 +144,9 @@ class Store:
             raise StoreError(f"cannot open database {_shown(self.url)}: {exc.orig}") from None
         if current is not None and current == head and current in known:
             return
-        self._upgrade()
+        self._upgrade(known, head)
 
-    def _upgrade(self) -> None:
-        known, head = _revisions()
+    def _upgrade(self, known: set[str], head: str | None) -> None:
         try:
             with self._migration_lock(), self.engine.begin() as conn:
                 if self.engine.dialect.name == "postgresql":
@@ -243,15 +242,16 @@ def create_at_head(conn: Any, head: str) -> None:
     conn.execute(text("INSERT INTO alembic_version (version_num) VALUES (:head)"), {"head": head})
 
 
-def run_migrations(conn: Any) -> None:
-    """Alembic's upgrade to head on an open connection (a database at an older revision)."""
+def run_migrations(conn: Any, target: str = "head") -> None:
+    """Alembic's upgrade to ``target`` on an open connection (a database at an older
+    revision is brought to head)."""
     from alembic import command
     from alembic.config import Config
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["connection"] = conn
-    command.upgrade(config, "head")
+    command.upgrade(config, target)
 
 
 def _shown(url: str) -> str:
