@@ -292,6 +292,21 @@ def test_multi_axis_worlds_that_named_a_wrong_step_at_99_claim_none(
     assert not run.sure_wrong, (scenario, trial, run)
 
 
+# A quiet world of multiaxis_bench.py (seed 1, one NCCL version among 6, trial 756): `nccl
+# 2.26.2` alone was launched 15 times at 26.6-29.7 ms, the bad end twice (29.95, 29.60). With
+# the bad level read from those two launches alone, each of its launches sat 1.8 noise widths
+# below it, and only a machine slow at every one of them explained them: it was judged below
+# a threshold of 22.5 ms at 99.99%, ddmin then held commit+nccl needed together, and the commit
+# axis's step 0 -> 1 was named at 99.96%. A three-point question now pools the configuration's
+# launches with the end at its level.
+def test_a_configuration_launched_often_is_judged_against_its_sides_pooled_level() -> None:
+    bench = _bench("multiaxis_bench")
+    s, rng = next((s, r) for s, r in bench.worlds(1, 756) if s.name.startswith("one NCCL"))
+    run = bench.run(s, rng, "model", busy_p=0.0)
+    assert run.correct and not run.sure_wrong, run
+    assert run.launches < 25, run  # (40 launches when it went wrong)
+
+
 # Quiet worlds of multiaxis_bench.py (seed 1, two patches that regress only together) where
 # ddmin's first run, steered by answers on one launch, took a wrong turn: p6 read past on one
 # slow outlier launch (7: its minimal set {p6}, asked at the target, is not past, and ddmin runs

@@ -231,21 +231,29 @@ def _hypotheses(read: _Launches, good: float, bad: float, doubted: bool) -> _Hyp
 
 
 def _end_levels(
-    ends: tuple[NDArray[np.float64], NDArray[np.float64]],
+    read: tuple[NDArray[np.float64], NDArray[np.int64]],
     own: NDArray[np.float64],
     threshold: float | None,
     sd: float,
 ) -> tuple[float, float]:
     """The levels of the good and the bad run (log): each end's launches pooled with the
-    points that measured at its level (within ``max(10%, 2.5 noise)`` of its own level, two points at least,
-    on its side of the threshold), so that two launches of an end that happened to run fast
-    or slow do not set the levels (and a derived threshold) alone."""
+    points that measured at its level (within ``max(10%, 2.5 noise)`` of its own level, two
+    points at least, on its side of the threshold), so that two launches of an end that
+    happened to run fast or slow do not set the levels (and a derived threshold) alone. A
+    three-point question (reference, configuration, reference: the multi-axis search's) pools
+    its one configuration's launches with the end at its level: it is launched until the
+    question is answered, and two launches of an end, each off by a noise width, set a level
+    its dozen launches then read 1.8 noise widths from one by one, which only a machine slow
+    at each of them explained (multiaxis_bench, quiet, trial 756: `nccl 2.26.2` at 28.3 ms
+    against a bad end read at 29.8 was judged below a threshold of 22.5 at 99.99%)."""
+    xs, idx = read
     good, bad = float(own[0]), float(own[-1])
     tol = max(math.log(1.1), 2.5 * sd)
     inner = own[1:-1]
     t_log = math.log(threshold) if threshold is not None else (good + bad) / 2
-    out = []
-    for launches, side in zip(ends, (inner < t_log, inner >= t_log)):
+    out: list[float | None] = []
+    for end, side in zip((0, len(own) - 1), (inner < t_log, inner >= t_log)):
+        launches = xs[idx == end]
         centre = point_level(launches)
         # A point pooled with an end is nearer its level than the threshold: with 5% noise,
         # points of a middle level 21% below the bad end read within the tolerance of it,
@@ -256,7 +264,13 @@ def _end_levels(
         close &= np.abs(inner - centre) < np.abs(inner - t_log)
         near = inner[close]
         mine = launches[np.abs(launches - centre) <= tol]
-        out.append(float(np.median(np.concatenate([mine, near]))) if len(near) >= 2 else None)
+        if len(inner) == 1 and len(near) == 1:
+            theirs = xs[idx == 1]
+            near = theirs[np.abs(theirs - near[0]) <= tol]
+        elif len(near) < 2:
+            out.append(None)
+            continue
+        out.append(float(np.median(np.concatenate([mine, near]))))
     return (out[0] if out[0] is not None else good), (out[1] if out[1] is not None else bad)
 
 

@@ -14,7 +14,8 @@ What it assumes (every rule of the search follows from these and nothing else):
   that and the threshold (one level for the points measured there); a point past lies at the
   bad endpoint's level, or at a plateau's clearly past the threshold and apart from it (a later commit took part
   of it back, or creep). A derived threshold is the geometric midpoint of the endpoints'
-  levels, and those levels are read from the endpoints' launches the chain holds normal;
+  levels, and those levels are read from the endpoints' launches the chain holds normal,
+  pooled with the points measured at their level (a three-point question's one point too);
 * launches: log-normal around their point's level with the session's noise, except lone
   outliers (hypotheses.py: ``OUTLIER`` of launches, 1.15-3x slower; ``WIDE``, off their level
   either way, three noise widths wide) and the machine's state;
@@ -143,7 +144,7 @@ def believe(
     idx = np.searchsorted(points, pos)
     own = np.asarray([point_level(xs[idx == i]) for i in range(len(points))])
     counts = np.bincount(idx, minlength=len(points))
-    good, bad = _end_levels((xs[idx == 0], xs[idx == len(points) - 1]), own, threshold, sd)
+    good, bad = _end_levels((xs, idx), own, threshold, sd)
     n_good, n_bad = int(counts[0]), int(counts[-1])
     gaps = len(points) - 1
     # Only launches that no level read from the endpoints explains make the shifts worth
