@@ -279,6 +279,12 @@ MULTIAXIS_WRONG_AT_99 = [
     # 99.99% for p4 and p6 (15). Now said, not named.
     ("two patches", 47),
     ("two regressions in one patch stack", 15),
+    # The bad end's two first launches were lone outliers (1.7x, 1.96x): a configuration at
+    # the true bad level read below the threshold midway to them, and the commit step under
+    # it was named at 99.998% on one pair whose second launch began a busy period, the
+    # machine then read quiet (one pair asked). Each axis's step is now weighed again at the
+    # end, with the pairs the machine asks for by then.
+    ("launch-method-only", 77),
 ]
 
 
@@ -305,6 +311,18 @@ def test_a_configuration_launched_often_is_judged_against_its_sides_pooled_level
     run = bench.run(s, rng, "model", busy_p=0.0)
     assert run.correct and not run.sure_wrong, run
     assert run.launches < 25, run  # (40 launches when it went wrong)
+
+
+# A busy world of multiaxis_bench.py (seed 1, two stacked regressions, trial 36): the commit
+# step c8 -> c9 is real, and weighed again at the end its four back-to-back pairs each show it
+# (1.25-1.37x). With the pairs' noise read as the session's (0.23 there: a configuration's
+# launches of a busy period pooled as its core) they held it at 93% and it was said, not
+# named; the pairs' noise is now that of launches near each configuration's best.
+def test_a_real_step_weighed_again_on_a_busy_machine_keeps_its_name() -> None:
+    bench = _bench("multiaxis_bench")
+    s, rng = next((s, r) for s, r in bench.worlds(1, 36) if s.name.startswith("two stacked"))
+    run = bench.run(s, rng, "model", busy_p=0.05)
+    assert run.correct and not run.sure_wrong, run
 
 
 # Quiet worlds of multiaxis_bench.py (seed 1, two patches that regress only together) where

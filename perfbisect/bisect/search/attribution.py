@@ -40,7 +40,7 @@ from perfbisect.bisect.axis_sets import (
     summary,
 )
 from perfbisect.bisect.engine_state import EngineState, _Batch, _Search
-from perfbisect.bisect.search.pairs import MORE_PAIRS, PAIRS_SHARED, Pairs
+from perfbisect.bisect.search.pairs import MORE_PAIRS, PAIRS_QUIET, PAIRS_SHARED, Pairs
 from perfbisect.bisect.search.planner import plan
 from perfbisect.bisect.search.segment import (
     Answer,
@@ -89,6 +89,8 @@ class ModelMultiAxis(MeasuredConfigurations, EngineState):
     ) -> None:
         self._start_axes(good, bad, plans)
         self._pairs = Pairs()  # the brackets launched back to back, by every search here
+        # each axis's step as _rejudged weighed it, to weigh again at the end
+        self._claims: dict[tuple[int, int], tuple[Answer, list[int], bool]] = {}
         super().__init__([good, bad], policy, threshold)
 
     # --- configurations -----------------------------------------------------------------
@@ -113,11 +115,10 @@ class ModelMultiAxis(MeasuredConfigurations, EngineState):
         differing = [a for a in self.good.differing_axes(self.bad) if a in self.plans]
         sets = yield from self._attribute(differing)
         self._record(differing, 1)
-        culprits: list[Culprit] = []
         unresolved: list[tuple[int, int]] = []
-        unpinned: list[tuple[str, ...]] = []
+        per_set: list[tuple[tuple[str, ...], list[Culprit]]] = []
         for axes in sets:
-            named = len(culprits)
+            found_here: list[Culprit] = []
             for axis in axes:
                 held = [a for a in axes if a != axis]
                 if self.plans[axis].kind == "set":
@@ -125,12 +126,15 @@ class ModelMultiAxis(MeasuredConfigurations, EngineState):
                 else:
                     open_, found = yield from self._path_step(axis, held)
                 unresolved.extend(open_)
-                culprits.extend(found)
-            # An axis set is a culprit only where a step on it was named: one judged past the
-            # threshold whose step no pair then showed is said, not counted (on a busy machine
-            # "2 independent regressions: commit and nccl" was said where only the NCCL step
-            # was named: multiaxis_bench --load, trials 9, 11, 26).
-            (self.culprit_sets if len(culprits) > named else unpinned).append(tuple(axes))
+                found_here.extend(found)
+            per_set.append((tuple(axes), found_here))
+        per_set = yield from self._held_at_the_end(per_set, unresolved)
+        culprits = [c for _, found in per_set for c in found]
+        unpinned: list[tuple[str, ...]] = []
+        for axes_set, found in per_set:
+            # An axis set is a culprit only where a step on it was named (busy trials 9, 11,
+            # 26 said "commit and nccl" where only the NCCL step was named).
+            (self.culprit_sets if found else unpinned).append(axes_set)
         judged = (
             f"; judged to regress alone, but no step on it pinned down: {join_sets(unpinned)}"
             if unpinned
@@ -145,6 +149,29 @@ class ModelMultiAxis(MeasuredConfigurations, EngineState):
             return
         message = summary(self.culprit_sets, len(culprits)) + judged
         self._finish(Status.FOUND, message, culprits[0], tuple(unresolved), tuple(culprits))
+
+    def _held_at_the_end(
+        self,
+        per_set: list[tuple[tuple[str, ...], list[Culprit]]],
+        unresolved: list[tuple[int, int]],
+    ) -> Generator[_Batch, list[LaunchResult], list[tuple[tuple[str, ...], list[Culprit]]]]:
+        """Each axis's step weighed again (``_rejudged``) on every launch of the session, with
+        the pairs the machine now asks for: one named early rests on the machine its first
+        launches showed (the bad end's first two lone outliers, the machine read quiet, a
+        commit step named at 99.998% on one pair whose second launch began a busy period:
+        multiaxis_bench --load, seed 1, trial 77). One that no longer holds is said."""
+        out = []
+        for axes, found in per_set:
+            kept = []
+            for step in found:
+                claim = self._claims.get((step.last_good.position, step.first_bad.position))
+                answer = (yield from self._rejudged(*claim)) if claim else None
+                if answer is None or answer.named:
+                    kept.append(step if answer is None else culprit(self, answer))
+                else:
+                    unresolved.extend(self._named(answer)[0])
+            out.append((axes, kept))
+        return out
 
     def _threshold(self) -> float | None:
         """The session's threshold where the user gave it; else None (derived by the model
@@ -248,7 +275,9 @@ class ModelMultiAxis(MeasuredConfigurations, EngineState):
             return [], []  # its ends sit at one level: nothing to search on this axis
         answer = yield from search(self, order, None, self._pairs)
         if answer.named:
-            answer = yield from self._rejudged(answer, order, judged == (Verdict.GOOD, Verdict.BAD))
+            claim = (answer, order, judged == (Verdict.GOOD, Verdict.BAD))
+            answer = yield from self._rejudged(*claim)
+            self._claims[(answer.lo, answer.hi)] = claim
         open_, found = self._named(answer)
         if found and self.policy.all_steps:  # the axis's other level changes too (steps.py)
             steps, more = yield from gap_steps(self, order, found[0], self._pairs)
@@ -285,9 +314,12 @@ class ModelMultiAxis(MeasuredConfigurations, EngineState):
                 sided *= on_side
             shown = self._pairs.apart(self, lo, hi, step)  # (the noise moved with those launches)
         held = answer.probability * max(shown, sided)
-        # Short of the target on the pairs so far (one pair, all a quiet machine asks of the
-        # search, holds at most ~98%: it may be the one with a launch off its level): more.
-        while held < self.policy.confidence and self._pairs.tried[(lo, hi)] < _MOST_PAIRS:
+        # Short of the margin on the pairs so far (one pair holds at most ~98%: it may be the
+        # one with a launch off its level), or fewer than the machine asks for now: more.
+        need = PAIRS_SHARED if belief(self, order, None).shared >= 0.5 else PAIRS_QUIET
+        while (held < margin or self._pairs.tried[(lo, hi)] < need) and (
+            self._pairs.tried[(lo, hi)] < _MOST_PAIRS
+        ):
             yield from self._pairs.launch(self, lo, hi)
             if {lo, hi} & (self.skip_reason.keys() | self.gave_up):
                 break

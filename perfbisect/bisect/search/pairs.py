@@ -16,7 +16,7 @@ import numpy as np
 
 from perfbisect.bisect.engine_state import EngineState, _Batch, verification_failed
 from perfbisect.bisect.posterior import _log_normal_grid
-from perfbisect.bisect.stats import launch_times
+from perfbisect.bisect.stats import fastest_launches, launch_times, pooled_rel_sd
 from perfbisect.bisect.values import LaunchResult, Purpose
 
 # Pairs of the named bracket before it is named: one on a quiet machine, two (A B A B) once the
@@ -79,13 +79,23 @@ class Pairs:
             return 0.0
         ratios = np.asarray([math.log(times[k]) - math.log(times[i]) for i, k in pairs])
         u = ratios[:, None] - _DIFFERENCES[None, :]
-        sd = math.sqrt(2) * max(state.rel_sd(), 0.01)
+        sd = math.sqrt(2) * max(_launch_noise(state), 0.01)
         fits = np.logaddexp(
             math.log(1 - PAIR_OUTLIER) + _log_normal_grid(u, sd),
             math.log(PAIR_OUTLIER) + _log_normal_grid(u, _OFF_LEVEL),
         ).sum(axis=0)
         weight = np.exp(fits - fits.max())
         return float(weight[step <= _DIFFERENCES].sum() / weight.sum())
+
+
+def _launch_noise(state: EngineState) -> float:
+    """The noise of one launch within a machine state: from each configuration's launches
+    near its best (both of a pair's launches ran in one state). The session's own estimate
+    (``rel_sd``) may pool a configuration's launches of a busy period as its core: in the
+    multi-axis search it read 0.23 for launches of 4%, and four back-to-back pairs of a 1.33x
+    step, each showing it, held it at 93% (multiaxis_bench --load, seed 1, trial 36)."""
+    groups = [fastest_launches(v, state.policy.higher_is_better) for v in state.launches.values()]
+    return pooled_rel_sd(groups, state.policy.noise)
 
 
 # A pair with one launch off its level (two launches, each a lone outlier one time in ~30), and
