@@ -17,6 +17,7 @@ from conftest import EXPERIMENT, Cli, value_repo
 from test_multiaxis import EXPERIMENT as AXES_EXPERIMENT
 from test_multiaxis import _patch_set, _repo, patch_names
 
+from perfbisect.bisect.search.attribution import ModelMultiAxis
 from perfbisect.bisect.search.searcher import ModelEngine
 from perfbisect.bisect.values import LaunchResult, Policy, Status
 from perfbisect.config import Configuration
@@ -323,6 +324,22 @@ def test_a_real_step_weighed_again_on_a_busy_machine_keeps_its_name() -> None:
     s, rng = next((s, r) for s, r in bench.worlds(1, 36) if s.name.startswith("two stacked"))
     run = bench.run(s, rng, "model", busy_p=0.05)
     assert run.correct and not run.sure_wrong, run
+
+
+def test_a_set_whose_axes_have_no_named_step_says_so() -> None:
+    # Busy trial 77 (above): ddmin held commit+nccl+launch needed together, and only the
+    # launch method's step holds once weighed again; the message must not leave the commit
+    # and NCCL axes implied.
+    bench = _bench("multiaxis_bench")
+    s, rng = next((s, r) for s, r in bench.worlds(1, 77) if s.name.startswith("launch-method"))
+    engine = ModelMultiAxis(Configuration.of(s.good), Configuration.of(s.bad), s.plans, Policy())
+    machine = bench.Machine(rng, 0.05)
+    while batch := engine.next_batch():  # (the benchmark's order of draws, launch by launch)
+        level = [s.level(r.config.as_dict()) for r in batch]
+        engine.feed([LaunchResult(bench.launch(v * machine.slowdown(), rng)) for v in level])
+    assert engine.outcome is not None
+    assert [c.first_bad.config.get("launch") for c in engine.outcome.steps] == ["ssh"]
+    assert "no step named on commit or nccl" in engine.outcome.message, engine.outcome.message
 
 
 # Quiet worlds of multiaxis_bench.py (seed 1, two patches that regress only together) where

@@ -3,7 +3,7 @@ values of a set axis (patches: a ``+``-joined subset), and delta debugging over 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Collection, Generator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
@@ -83,8 +83,12 @@ def join_sets(axis_sets: Sequence[Sequence[str]]) -> str:
     return " and ".join("+".join(s) for s in axis_sets)
 
 
-def summary(culprit_sets: Sequence[Sequence[str]], steps: int) -> str:
-    """The outcome's message: the culprit axis sets (and how many steps were named)."""
+def summary(
+    culprit_sets: Sequence[Sequence[str]], steps: int, stepped: Collection[str] | None = None
+) -> str:
+    """The outcome's message: the culprit axis sets (and how many steps were named);
+    ``stepped``: the axes a named step lies on, where known: a set's axes without one are
+    said (ddmin held them needed, but no step on them was shown back to back)."""
     names = join_sets(culprit_sets)
     message = (
         f"the regression needs {names}"
@@ -95,6 +99,9 @@ def summary(culprit_sets: Sequence[Sequence[str]], steps: int) -> str:
         message = f"{len(culprit_sets)} independent regressions: {names}"
     if steps > sum(len(s) for s in culprit_sets):
         message += f" ({steps} steps)"
+    bare = [a for s in culprit_sets for a in s if stepped is not None and a not in stepped]
+    if bare:
+        message += f"; no step named on {' or '.join(bare)}"
     return message
 
 

@@ -147,7 +147,8 @@ class ModelMultiAxis(MeasuredConfigurations, EngineState):
                 unresolved=tuple(unresolved),
             )
             return
-        message = summary(self.culprit_sets, len(culprits)) + judged
+        on = {c.last_good.config.differing_axes(c.first_bad.config)[0] for c in culprits}
+        message = summary(self.culprit_sets, len(culprits), on) + judged
         self._finish(Status.FOUND, message, culprits[0], tuple(unresolved), tuple(culprits))
 
     def _held_at_the_end(
