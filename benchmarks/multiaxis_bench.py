@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from perfbisect.bisect.axis_sets import AxisPlan, join_set, split_set
 from perfbisect.bisect.rules.multiaxis import MultiAxisEngine
 from perfbisect.bisect.search.attribution import ModelMultiAxis
-from perfbisect.bisect.values import LaunchResult, Policy, Status
+from perfbisect.bisect.values import LaunchRequest, LaunchResult, Policy, Status
 from perfbisect.config import Configuration
 
 GOOD_MS, BAD_MS = 18.0, 29.0
@@ -203,18 +203,39 @@ def worlds(seed: int, trial: int) -> list[tuple[Scenario, random.Random]]:
     return [(s, random.Random(f"{seed}:{trial}:{s.name}")) for s in made]
 
 
-def run(s: Scenario, rng: random.Random, engine_kind: str = "rules", busy_p: float = 0.0) -> Run:
+# What a driven search's caller sees of each launch: the engine, the request, the world's true
+# level, the machine's slow-down at that launch and the value (multiaxis_trace.py prints it).
+Seen = Callable[[MultiAxisEngine | ModelMultiAxis, LaunchRequest, float, float, float], None]
+
+
+def drive(
+    s: Scenario,
+    rng: random.Random,
+    engine_kind: str = "rules",
+    busy_p: float = 0.0,
+    seen: Seen | None = None,
+) -> MultiAxisEngine | ModelMultiAxis:
+    """One search of scenario ``s`` to its end: each launch draws the machine's state, then
+    its value, from ``rng`` (the order every table, trace and test relies on)."""
     good, bad = Configuration.of(s.good), Configuration.of(s.bad)
     kind = ModelMultiAxis if engine_kind == "model" else MultiAxisEngine
     engine = kind(good, bad, s.plans, Policy(all_steps=s.all_steps))
     machine = Machine(rng, busy_p)
     while batch := engine.next_batch():
-        engine.feed(
-            [
-                LaunchResult(launch(s.level(r.config.as_dict()) * machine.slowdown(), rng))
-                for r in batch
-            ]
-        )
+        results = []
+        for request in batch:
+            level = s.level(request.config.as_dict())
+            slow = machine.slowdown()
+            value = launch(level * slow, rng)
+            if seen is not None:
+                seen(engine, request, level, slow, value)
+            results.append(LaunchResult(value))
+        engine.feed(results)
+    return engine
+
+
+def run(s: Scenario, rng: random.Random, engine_kind: str = "rules", busy_p: float = 0.0) -> Run:
+    engine = drive(s, rng, engine_kind, busy_p)
     outcome = engine.outcome
     assert outcome is not None
     attribution_evals = len({row.position for row in engine.attribution}) + 2

@@ -1,7 +1,7 @@
 """One world of multiaxis_bench.py, launch by launch: how a wrong (or right) answer came about.
 
-Runs the model's multi-axis search on one seeded world, exactly as the benchmark does (the same
-streams, so the outcome is the table's), and prints every launch: its configuration's position
+Runs the model's multi-axis search on one seeded world through the benchmark's own driver
+(``multiaxis_bench.drive``: the same streams, so the outcome is the table's), and prints every launch: its configuration's position
 in the search, why it was launched, the world's true level, the machine's slow-down at that
 launch (busy periods; a lone outlier shows as a value far off its level at 1.00) and the value;
 then the outcome and each named step with its posterior. The docs' "read launch by launch"
@@ -20,8 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import multiaxis_bench as bench
 
-from perfbisect.bisect.search.attribution import ModelMultiAxis
-from perfbisect.bisect.values import LaunchResult, Policy
+from perfbisect.bisect.values import LaunchRequest
 from perfbisect.config import Configuration
 
 
@@ -33,26 +32,25 @@ def trace(trial: int, scenario: str, seed: int, busy_p: float) -> int:
     s, rng = worlds[0]
     print(f"{s.name}; the truth: {s.truth}")
     good = Configuration.of(s.good)
-    engine = ModelMultiAxis(good, Configuration.of(s.bad), s.plans, Policy(all_steps=s.all_steps))
-    machine = bench.Machine(rng, busy_p)
     count = 0
-    while batch := engine.next_batch():
-        results = []
-        for request in batch:
-            # The benchmark's own order of draws: the machine's state, then the launch.
-            slow = machine.slowdown()
-            level = s.level(request.config.as_dict())
-            value = bench.launch(level * slow, rng)
-            count += 1
-            changed = {k: v for k, v in request.config.as_dict().items() if v != good.get(k)}
-            print(
-                f"{count:4d} position {engine.path.index(request.config):4d} "
-                f"{request.purpose.name:8s} level {level:5.1f} machine x{slow:.2f} "
-                f"value {value:7.2f}  {changed}"
-            )
-            results.append(LaunchResult(value))
-        engine.feed(results)
-    outcome = engine.outcome
+
+    def seen(
+        engine: bench.MultiAxisEngine | bench.ModelMultiAxis,
+        request: LaunchRequest,
+        level: float,
+        slow: float,
+        value: float,
+    ) -> None:
+        nonlocal count
+        count += 1
+        changed = {k: v for k, v in request.config.as_dict().items() if v != good.get(k)}
+        print(
+            f"{count:4d} position {engine.path.index(request.config):4d} "
+            f"{request.purpose.name:8s} level {level:5.1f} machine x{slow:.2f} "
+            f"value {value:7.2f}  {changed}"
+        )
+
+    outcome = bench.drive(s, rng, "model", busy_p, seen).outcome
     assert outcome is not None
     print(f"{outcome.status.name}: {outcome.message} ({outcome.launches} launches)")
     for step in outcome.steps:

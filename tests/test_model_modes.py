@@ -17,7 +17,6 @@ from conftest import EXPERIMENT, Cli, value_repo
 from test_multiaxis import EXPERIMENT as AXES_EXPERIMENT
 from test_multiaxis import _patch_set, _repo, patch_names
 
-from perfbisect.bisect.search.attribution import ModelMultiAxis
 from perfbisect.bisect.search.searcher import ModelEngine
 from perfbisect.bisect.values import LaunchResult, Policy, Status
 from perfbisect.config import Configuration
@@ -332,11 +331,7 @@ def test_a_set_whose_axes_have_no_named_step_says_so() -> None:
     # and NCCL axes implied.
     bench = _bench("multiaxis_bench")
     s, rng = next((s, r) for s, r in bench.worlds(1, 77) if s.name.startswith("launch-method"))
-    engine = ModelMultiAxis(Configuration.of(s.good), Configuration.of(s.bad), s.plans, Policy())
-    machine = bench.Machine(rng, 0.05)
-    while batch := engine.next_batch():  # (the benchmark's order of draws, launch by launch)
-        level = [s.level(r.config.as_dict()) for r in batch]
-        engine.feed([LaunchResult(bench.launch(v * machine.slowdown(), rng)) for v in level])
+    engine = bench.drive(s, rng, "model", busy_p=0.05)
     assert engine.outcome is not None
     assert [c.first_bad.config.get("launch") for c in engine.outcome.steps] == ["ssh"]
     assert "no step named on commit or nccl" in engine.outcome.message, engine.outcome.message

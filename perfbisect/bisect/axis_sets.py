@@ -99,7 +99,7 @@ def summary(
         message = f"{len(culprit_sets)} independent regressions: {names}"
     if steps > sum(len(s) for s in culprit_sets):
         message += f" ({steps} steps)"
-    bare = [a for s in culprit_sets for a in s if stepped is not None and a not in stepped]
+    bare = [] if stepped is None else [a for s in culprit_sets for a in s if a not in stepped]
     if bare:
         message += f"; no step named on {' or '.join(bare)}"
     return message

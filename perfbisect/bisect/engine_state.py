@@ -21,7 +21,7 @@ from perfbisect.bisect.stats import (
     core_launches,
     difference,
     estimate,
-    fastest_launches,
+    fastest_rel_sd,
     launch_times,
     median,
     own_rel_sd,
@@ -228,15 +228,15 @@ class EngineState:
     def rel_sd(self) -> float:
         # Launch values change only in feed(): one computation per batch, not per question.
         if self._rel_sd_at != self.launch_count:
-            # Without each point's outlier launches (1.4x its best and slower): slow outliers
-            # and bursts must not inflate the noise that every interval is built from (they
-            # are set aside anyway). A wide tolerance keeps the ordinary spread.
-            hib = self.policy.higher_is_better
+            # Without each point's outlier launches (1.4x its best and slower, set aside anyway):
+            # they must not inflate the noise every interval is built from. A wide tolerance
+            # keeps the ordinary spread.
+            hib, noise = self.policy.higher_is_better, self.policy.noise
             if self.noise_from_fastest:
-                groups = [fastest_launches(v, hib) for v in self.launches.values()]
+                self._rel_sd = fastest_rel_sd(self.launches.values(), noise, hib)
             else:
                 groups = [core_launches(v, _POOL_TOLERANCE, hib) for v in self.launches.values()]
-            self._rel_sd = pooled_rel_sd(groups, self.policy.noise)
+                self._rel_sd = pooled_rel_sd(groups, noise)
             self._rel_sd_at = self.launch_count
         return self._rel_sd
 

@@ -215,6 +215,14 @@ def fastest_launches(values: list[float], higher_is_better: bool = False) -> lis
     return [v for v, t in zip(values, times, strict=True) if t < best * OUTLIER_RATIO]
 
 
+def fastest_rel_sd(
+    launches: Iterable[list[float]], noise: NoiseModel, higher_is_better: bool = False
+) -> float:
+    """The launch-to-launch noise within one machine state: each configuration's launches near
+    its best (``fastest_launches``: a busy period's slow launches never count), pooled."""
+    return pooled_rel_sd([fastest_launches(v, higher_is_better) for v in launches], noise)
+
+
 def history_value(values: Sequence[float], higher_is_better: bool = False) -> tuple[float, int]:
     """One configuration's value from its launches in the history, and how many launches it
     rests on: the median of those that agree on its level (``core_launches`` sets an outlier

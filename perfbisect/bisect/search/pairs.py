@@ -16,7 +16,7 @@ import numpy as np
 
 from perfbisect.bisect.engine_state import EngineState, _Batch, verification_failed
 from perfbisect.bisect.posterior import _log_normal_grid
-from perfbisect.bisect.stats import fastest_launches, launch_times, pooled_rel_sd
+from perfbisect.bisect.stats import fastest_rel_sd, launch_times
 from perfbisect.bisect.values import LaunchResult, Purpose
 
 # Pairs of the named bracket before it is named: one on a quiet machine, two (A B A B) once the
@@ -89,13 +89,16 @@ class Pairs:
 
 
 def _launch_noise(state: EngineState) -> float:
-    """The noise of one launch within a machine state: from each configuration's launches
-    near its best (both of a pair's launches ran in one state). The session's own estimate
-    (``rel_sd``) may pool a configuration's launches of a busy period as its core: in the
-    multi-axis search it read 0.23 for launches of 4%, and four back-to-back pairs of a 1.33x
-    step, each showing it, held it at 93% (multiaxis_bench --load, seed 1, trial 36)."""
-    groups = [fastest_launches(v, state.policy.higher_is_better) for v in state.launches.values()]
-    return pooled_rel_sd(groups, state.policy.noise)
+    """The noise of one launch within a machine state (both of a pair's launches ran in one):
+    from each configuration's launches near its best, as the path search reads its own (then
+    its cached ``rel_sd``). The multi-axis session's own estimate may pool a configuration's
+    launches of a busy period as its core: it read 0.23 for launches of 4%, and four
+    back-to-back pairs of a 1.33x step, each showing it, held it at 93% (multiaxis_bench
+    --load, seed 1, trial 36)."""
+    if state.noise_from_fastest:
+        return state.rel_sd()
+    launches = state.launches.values()
+    return fastest_rel_sd(launches, state.policy.noise, state.policy.higher_is_better)
 
 
 # A pair with one launch off its level (two launches, each a lone outlier one time in ~30), and
