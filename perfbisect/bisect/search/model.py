@@ -129,13 +129,16 @@ def believe(
     prior: Sequence[float] | None = None,
     per_launch: bool = False,
     chains: int = len(CHAINS),
+    ends_doubted: bool = False,
 ) -> Belief:
     """The posterior given ``launches`` ((position, value in time terms: larger is worse), in
     the order they ran; both endpoints among them), a path of positions 0..n, the threshold
     (time terms; None: derived from the endpoints), the session's relative noise and each
     position's prior weight of being the crossing (0..n, positive; None: all alike). With
     ``per_launch``, also each launch's probability of having run slow (``Belief.slow``).
-    ``chains``: the machine chains weighed, the first of machine.CHAINS."""
+    ``chains``: the machine chains weighed, the first of machine.CHAINS. ``ends_doubted``: the
+    ends' busy shifts weighed whatever the launches say (the stop rule asks this posterior too
+    before it names a crossing: segment.py, ``_holds_with_ends_doubted``)."""
     sd = max(sd, 0.01)
     weights = None if prior is None else np.asarray(prior, dtype=np.float64)
     pos = np.asarray([p for p, _ in launches], dtype=np.int64)
@@ -154,7 +157,8 @@ def believe(
     t_first = math.log(threshold) if threshold is not None else (good + bad) / 2
     inner = own[1:-1]
     doubted = (
-        bool(np.any(xs < good - 3 * sd))
+        ends_doubted
+        or bool(np.any(xs < good - 3 * sd))
         or bool(np.any(xs[idx == len(points) - 1] < t_first))
         or bool(np.any((inner > good + 3 * sd) & (inner < t_first - 3 * sd)))
     )
