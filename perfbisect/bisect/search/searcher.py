@@ -8,7 +8,8 @@ the crossing from every launch in the order it ran; stop if it names the crossin
 confidence (``Policy.confidence``, 99% by default) or the launch budget is spent; else launch
 what the planner says tells most per launch. "Verified" means the named bracket's two sides
 were launched back to back (A B; twice on a shared machine), each pair showing the step, and
-the posterior with those pairs in it is still at the target (pairs.py). Every verdict the report shows is the posterior's reading of a
+the posterior with those pairs in it is still at the target (pairs.py); on a machine that reads
+shared, also with the ends' levels in doubt (segment.py, ``_holds_with_ends_doubted``). Every verdict the report shows is the posterior's reading of a
 point's side. No rule of its own sets launches aside, re-checks a point or re-measures an
 endpoint: those are launches the planner picks when they are worth most.
 """
