@@ -40,7 +40,7 @@ from perfbisect.bisect.axis_sets import (
     summary,
 )
 from perfbisect.bisect.engine_state import EngineState, _Batch, _Search
-from perfbisect.bisect.search.pairs import MORE_PAIRS, PAIRS_QUIET, PAIRS_SHARED, Pairs
+from perfbisect.bisect.search.pairs import MORE_PAIRS, PAIRS_SHARED, Pairs, pairs_needed
 from perfbisect.bisect.search.planner import plan
 from perfbisect.bisect.search.segment import (
     Answer,
@@ -317,7 +317,7 @@ class ModelMultiAxis(MeasuredConfigurations, EngineState):
         held = answer.probability * max(shown, sided)
         # Short of the margin on the pairs so far (one pair holds at most ~98%: it may be the
         # one with a launch off its level), or fewer than the machine asks for now: more.
-        need = PAIRS_SHARED if belief(self, order, None).shared >= 0.5 else PAIRS_QUIET
+        need = pairs_needed(belief(self, order, None))
         while (held < margin or self._pairs.tried[(lo, hi)] < need) and (
             self._pairs.tried[(lo, hi)] < _MOST_PAIRS
         ):

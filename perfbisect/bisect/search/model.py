@@ -91,6 +91,12 @@ class Belief:
     # and that period's state is the one the next launch most likely runs in.
     busy_by_gap: NDArray[np.float64] | None = None
 
+    @property
+    def reads_shared(self) -> bool:
+        """The machine with load (busy periods, or busy most of the time) is the likelier one:
+        where the stop rule asks two back-to-back pairs and the ends' levels in doubt."""
+        return self.shared >= 0.5
+
     def per_position(self) -> NDArray[np.float64]:
         """Each position's probability of being the crossing (0..n)."""
         n = int(self.points[-1])

@@ -16,6 +16,7 @@ import numpy as np
 
 from perfbisect.bisect.engine_state import EngineState, _Batch, verification_failed
 from perfbisect.bisect.posterior import _log_normal_grid
+from perfbisect.bisect.search.model import Belief
 from perfbisect.bisect.stats import fastest_rel_sd, launch_times
 from perfbisect.bisect.values import LaunchResult, Purpose
 
@@ -31,6 +32,11 @@ PAIR_FROM = 0.97
 # Pairs beyond those needed, for a bracket whose pairs do not all show its step; then it is
 # said, not named (a busy period may have made the step).
 MORE_PAIRS = 2
+
+
+def pairs_needed(b: Belief) -> int:
+    """The pairs a bracket needs before it is named, on the machine the posterior reads."""
+    return PAIRS_SHARED if b.reads_shared else PAIRS_QUIET
 
 
 class Pairs:
@@ -108,4 +114,4 @@ _OFF_LEVEL = 0.5
 _DIFFERENCES = np.linspace(-1.0, 2.0, 1201)
 
 
-__all__ = ["MORE_PAIRS", "PAIRS_QUIET", "PAIRS_SHARED", "PAIR_FROM", "Pairs"]
+__all__ = ["MORE_PAIRS", "PAIRS_QUIET", "PAIRS_SHARED", "PAIR_FROM", "Pairs", "pairs_needed"]

@@ -26,7 +26,7 @@ from perfbisect.bisect.engine_state import EngineState, _Batch
 from perfbisect.bisect.search.hypotheses import point_level
 from perfbisect.bisect.search.machine import CHAINS, IN_PERIODS
 from perfbisect.bisect.search.model import Belief, believe
-from perfbisect.bisect.search.pairs import MORE_PAIRS, PAIR_FROM, PAIRS_QUIET, PAIRS_SHARED, Pairs
+from perfbisect.bisect.search.pairs import MORE_PAIRS, PAIR_FROM, Pairs, pairs_needed
 from perfbisect.bisect.search.planner import plan
 from perfbisect.bisect.search.stop import Named, launches_to_target, likeliest, named, stop_at
 from perfbisect.bisect.stats import (
@@ -166,7 +166,7 @@ def search(
         unlaunchable = {
             i for i, p in enumerate(order) if p in state.skip_reason or p in state.gave_up
         }
-        need = PAIRS_SHARED if b.shared >= 0.5 else PAIRS_QUIET
+        need = pairs_needed(b)
         # What a pair's bad side must read above its good side: the threshold's distance from
         # the level below, and never less than half the smallest regression looked for (an
         # axis's ends judged apart by other questions can read inverted here, and a step of
@@ -212,7 +212,7 @@ def search(
                         "run again on a quieter machine",
                     )
                 doubted = b  # on a machine that reads shared, the ends' levels in doubt too
-                if need == PAIRS_SHARED:
+                if b.reads_shared:
                     doubted = belief(state, order, threshold, prior, ends_doubted=True)
                 if _holds_with_ends_doubted(doubted, found, policy.confidence, unlaunchable):
                     # (a side failed past its retries: named on the launches it had, unverified)
