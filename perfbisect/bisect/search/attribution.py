@@ -47,15 +47,13 @@ from perfbisect.bisect.search.segment import (
     belief,
     costs,
     culprit,
-    endpoints,
-    level_gap,
-    min_step,
     search,
     side_verdict,
     sides,
 )
 from perfbisect.bisect.search.steps import gap_steps
 from perfbisect.bisect.search.stop import stop_at
+from perfbisect.bisect.search.two_levels import endpoints, level_gap, min_step
 from perfbisect.bisect.stats import Verdict
 from perfbisect.bisect.values import Culprit, LaunchResult, Policy, Purpose, Status
 from perfbisect.config import Configuration

@@ -26,11 +26,11 @@ from perfbisect.bisect.search.segment import (
     Answer,
     belief,
     culprit,
-    endpoints,
     search,
     side_verdict,
 )
 from perfbisect.bisect.search.steps import every_step
+from perfbisect.bisect.search.two_levels import endpoints
 from perfbisect.bisect.stats import Verdict, posterior_percent
 from perfbisect.bisect.values import Status
 from perfbisect.config import Configuration

@@ -8,9 +8,7 @@ positions, in the order they ran (so a busy period that slowed a launch elsewher
 as the machine's state). The same rules as the whole path's search decide: the planner
 (planner.py) picks the next launch(es), the stop rule (stop.py) names the crossing at the target
 once its two sides have run back to back, and a launch budget ends it with the likeliest range.
-Whether two levels differ at all (before a gap is searched) is the model's endpoint question:
-their own levels differ by the minimum effect beyond the noise, confirmed with interleaved
-launches.
+Whether two levels differ at all (before a gap is searched) is two_levels.py's question.
 """
 
 from __future__ import annotations
@@ -23,25 +21,17 @@ import numpy as np
 from numpy.typing import NDArray
 
 from perfbisect.bisect.engine_state import EngineState, _Batch
-from perfbisect.bisect.search.hypotheses import point_level
 from perfbisect.bisect.search.machine import CHAINS, IN_PERIODS
 from perfbisect.bisect.search.model import Belief, believe
 from perfbisect.bisect.search.pairs import MORE_PAIRS, PAIR_FROM, Pairs, pairs_needed
 from perfbisect.bisect.search.planner import plan
 from perfbisect.bisect.search.stop import Named, launches_to_target, likeliest, named, stop_at
-from perfbisect.bisect.stats import (
-    Verdict,
-    classify,
-    difference,
-    launch_times,
-    median,
-    posterior_percent,
-)
-from perfbisect.bisect.values import Culprit, LaunchResult, Policy, Purpose
+from perfbisect.bisect.search.two_levels import level, min_step, time_values
+from perfbisect.bisect.stats import Verdict, difference, posterior_percent
+from perfbisect.bisect.values import Culprit, LaunchResult, Purpose
 
 SURE = 0.9  # a point's verdict: its side at this posterior (as the crossing-first search reads)
 _BUDGET = 12  # launches per halving
-_CONFIRM_PAIRS = 3  # interleaved pairs that confirm two levels differ, at most
 # A back-to-back pair shows a step when its bad side reads slower by at least this share of
 # the step (log time): a busy period slows both launches alike, so their ratio keeps the step;
 # 1/3 leaves a 1.3x step 2.2 launch noises of margin. The step is the smaller of the two
@@ -81,12 +71,6 @@ def budget(state: EngineState, points: int) -> int:
     return _BUDGET * state.policy.min_launches * (math.ceil(math.log2(max(2, points - 1))) + 3)
 
 
-def _times(state: EngineState) -> list[float]:
-    times = launch_times(state.in_order, state.policy.higher_is_better)
-    assert times is not None, "launch values must be positive"
-    return times
-
-
 def _threshold(state: EngineState, threshold: float | None) -> float | None:
     """A threshold in the metric's unit, in time terms (larger is worse)."""
     if threshold is not None and state.policy.higher_is_better:
@@ -114,7 +98,7 @@ def belief(
         if p in index
         for i in indices
     )
-    times = _times(state)
+    times = time_values(state)
     launches = [(j, times[i]) for i, j in at]
     t = _threshold(state, threshold)
     chains = len(CHAINS) if state.busy_most_weighed else IN_PERIODS
@@ -199,7 +183,13 @@ def search(
             if probability >= target:
                 head = f"the crossing is in ({lo}, {hi}] with probability {posterior_percent(probability)}"
                 if not found.one:
-                    return Answer(lo, hi, probability, False, f"{head}; positions {lo + 1}..{hi - 1} cannot be launched")
+                    return Answer(
+                        lo,
+                        hi,
+                        probability,
+                        False,
+                        f"{head}; positions {lo + 1}..{hi - 1} cannot be launched",
+                    )
                 if showing < need and not failed:
                     # Its pairs keep disagreeing with its step: not the launches' to claim.
                     return Answer(
@@ -283,80 +273,6 @@ def _read(
             state._set_verdict(p, verdict)
 
 
-def level(state: EngineState, position: int) -> float:
-    """A position's own level (log time) as the model reads it: the fastest agreeing launches."""
-    times = launch_times(state.launches[position], state.policy.higher_is_better)
-    assert times is not None, "launch values must be positive"
-    return point_level(np.log(np.asarray(times)))
-
-
-def core_level(state: EngineState, position: int) -> float:
-    """A position's level (log time) for comparing two levels: the median of its launches
-    without its slow outliers. (The fastest agreeing launches, ``level``, sit lower the more
-    launches a point has: on 8% noise two points of one level read 5-7% apart.)"""
-    times = launch_times(state._core(state.launches[position]), state.policy.higher_is_better)
-    assert times is not None, "launch values must be positive"
-    return math.log(median(times))
-
-
-def min_step(policy: Policy) -> float:
-    """The smallest regression the session looks for (``min_effect``), in log time."""
-    return math.log(1 + policy.min_effect)
-
-
-def _level_noise(state: EngineState, lo: int, hi: int) -> float:
-    """How far two levels read from their launches may differ by noise alone (log time)."""
-    n_lo, n_hi = len(state.launches[lo]), len(state.launches[hi])
-    return state.policy.noise.z * state.rel_sd() * math.sqrt(1 / n_lo + 1 / n_hi)
-
-
-def apart(state: EngineState, lo: int, hi: int, strict: bool, probe: bool = False) -> bool:
-    """``hi``'s level is worse than ``lo``'s by the minimum effect and beyond the noise of
-    both levels; ``strict``: the whole interval past the minimum effect; ``probe``: by the
-    minimum effect alone (a first look on one launch)."""
-    if not state.launches.get(lo) or not state.launches.get(hi):
-        return False
-    # both readings of the two levels must show the gap
-    gap = min(core_level(state, hi) - core_level(state, lo), level(state, hi) - level(state, lo))
-    floor = min_step(state.policy)
-    if probe:
-        return gap >= floor
-    noise = _level_noise(state, lo, hi)
-    return gap - noise >= floor if strict else gap >= max(floor, noise)
-
-
-def level_gap(
-    state: EngineState,
-    lo: int,
-    hi: int,
-    pairs: Pairs | None = None,
-    probe: bool = False,
-) -> Generator[_Batch, list[LaunchResult], bool]:
-    """Do ``lo`` and ``hi`` sit at two levels (``hi`` the worse by the minimum effect)? A gap
-    opens a whole search, so one seen on few launches is confirmed with interleaved pairs (a
-    busy period slows both launches of a pair alike) until both levels have three launches and
-    their difference stands beyond the noise, or it falls below the minimum effect.
-    ``pairs``: the brackets launched back to back, which these pairs join. ``probe``: look
-    closer whenever ``hi`` reads worse by the minimum effect (else only when that is beyond
-    the noise already)."""
-    if not apart(state, lo, hi, strict=False, probe=probe):
-        return False
-    for _ in range(_CONFIRM_PAIRS):
-        if min(len(state.launches[lo]), len(state.launches[hi])) >= 3 and apart(
-            state, lo, hi, strict=True
-        ):
-            return True
-        if pairs is not None:
-            yield from pairs.launch(state, lo, hi)
-        else:
-            yield state._request([lo, hi], Purpose.VERIFY)
-        if {lo, hi} & (state.skip_reason.keys() | state.gave_up):
-            return False
-        if not apart(state, lo, hi, strict=False, probe=True):
-            return False
-    return apart(state, lo, hi, strict=True)
-
-
 def culprit(state: EngineState, answer: Answer) -> Culprit:
     """The step an answer names, with its effect (the two sides' agreeing launches)."""
     a, b = state.launches.get(answer.lo, []), state.launches.get(answer.hi, [])
@@ -373,78 +289,3 @@ def culprit(state: EngineState, answer: Answer) -> Culprit:
         note,
         answer.probability,
     )
-
-
-def big_enough(state: EngineState, step: Culprit) -> bool:
-    """The step's two sides differ by the minimum effect (else the level crept)."""
-    return apart(state, step.last_good.position, step.first_bad.position, False, probe=True)
-
-
-def ends_apart(state: EngineState, lo: int, hi: int) -> bool:
-    """The crossing-first search's endpoint rule for any two positions: their levels (the
-    fastest agreeing launches) differ by the minimum effect beyond the noise, or so do their
-    launches back to back (a busy period slows both launches of a pair alike), or they fall
-    on either side of a given threshold."""
-    if not state.launches.get(lo) or not state.launches.get(hi):
-        return False
-    g, b = level(state, lo), level(state, hi)
-    hib = state.policy.higher_is_better
-    if state.fixed_threshold:
-        assert state.threshold is not None
-        return g < math.log(1 / state.threshold if hib else state.threshold) <= b
-    floor, noise = min_step(state.policy), _level_noise(state, lo, hi)
-    if b - g >= max(floor, noise):
-        return True
-    at = {i: p for p in (lo, hi) for i in state.seq.get(p, [])}
-    times = _times(state)
-    ratios = [
-        math.log(times[i + 1] / times[i]) * (1 if at[i] == lo else -1)
-        for i in range(len(times) - 1)
-        if i in at and i + 1 in at and at[i] != at[i + 1]
-    ]
-    if len(ratios) < 3:
-        return False
-    noise = state.policy.noise.z * state.rel_sd() * math.sqrt(2 / len(ratios))
-    return float(np.median(ratios)) >= max(floor, noise)
-
-
-def endpoints(state: EngineState, lo: int, hi: int) -> Generator[_Batch, list[LaunchResult], str]:
-    """The endpoints launched interleaved (B G B per the policy's counts, then G B pairs)
-    until ``ends_apart``; "" then, else why the search cannot start."""
-    p = state.policy
-    # The bad end's extra launch guards a derived threshold against one slow outlier there; a
-    # given threshold does not move with it (the planner launches an end again when it pays).
-    n_bad = p.good_endpoint_launches if state.fixed_threshold else p.bad_endpoint_launches
-    first = [hi, lo] * max(n_bad, p.good_endpoint_launches)
-    first = [
-        x
-        for i, x in enumerate(first)
-        if (x == hi and i // 2 < n_bad) or (x == lo and i // 2 < p.good_endpoint_launches)
-    ]
-    yield state._request(first, Purpose.ENDPOINT)
-    extra = 0
-    while True:
-        broken = [e for e in (lo, hi) if e in state.skip_reason]
-        if broken:
-            which = "good" if broken[0] == lo else "bad"
-            return f"the {which} endpoint could not be measured: {state.skip_reason[broken[0]]}"
-        if ends_apart(state, lo, hi):
-            return ""
-        if extra >= p.endpoint_confirm_launches:
-            g = state._estimate(state.launches[lo]).median
-            b = state._estimate(state.launches[hi]).median
-            for end in (lo, hi):  # the report lists the ends measured, with their side
-                side = None
-                if state.fixed_threshold:
-                    assert state.threshold is not None
-                    est = state._estimate(state.launches[end])
-                    side = classify(est, state.threshold, p.higher_is_better)
-                state._set_verdict(end, side or Verdict.UNCLEAR)
-            if state.fixed_threshold:
-                return (
-                    f"the endpoints do not fall on either side of the threshold "
-                    f"{state.threshold:g} (good {g:g}, bad {b:g})"
-                )
-            return f"the bad endpoint ({b:g}) is not clearly worse than the good one ({g:g})"
-        extra += 1
-        yield state._request([lo, hi], Purpose.ENDPOINT)

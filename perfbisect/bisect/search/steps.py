@@ -2,7 +2,7 @@
 
 Once the crossing-first search (searcher.py) has named the crossing, the levels on either side
 of it say where other steps remain: a stretch whose two ends sit at levels apart by the minimum
-effect (confirmed with interleaved pairs, segment.py's ``level_gap``) holds a step of its own,
+effect (confirmed with interleaved pairs, two_levels.py's ``level_gap``) holds a step of its own,
 and it is searched by the same posterior, launch rule and stop rule as the whole path, with the
 threshold midway between its ends' levels (segment.py's ``search``). Every step found opens
 the stretches on either side of it again, up to four steps. A stretch whose one "step" is below
@@ -17,14 +17,13 @@ from collections.abc import Generator, Sequence
 
 from perfbisect.bisect.engine_state import _MAX_STEPS, EngineState, _Batch
 from perfbisect.bisect.search.pairs import Pairs
-from perfbisect.bisect.search.segment import big_enough, culprit, level_gap, search
+from perfbisect.bisect.search.segment import culprit, search
+from perfbisect.bisect.search.two_levels import big_enough, level_gap
 from perfbisect.bisect.stats import Verdict, posterior_percent
 from perfbisect.bisect.values import Culprit, LaunchResult, Status
 
 
-def every_step(
-    engine: EngineState, pairs: Pairs
-) -> Generator[_Batch, list[LaunchResult], None]:
+def every_step(engine: EngineState, pairs: Pairs) -> Generator[_Batch, list[LaunchResult], None]:
     """Search the level gaps beside the named crossing (``engine.outcome``'s culprit) and
     finish with every step. ``pairs``: brackets already launched back to back."""
     assert engine.outcome is not None and engine.outcome.culprit is not None
