@@ -201,10 +201,13 @@ def search(
                         "back-to-back pairs show the step: the machine's load may have made it; "
                         "run again on a quieter machine",
                     )
-                doubted = b  # on a machine that reads shared, the ends' levels in doubt too
+                # On a machine that reads shared, the ends' levels in doubt too.
+                doubted = None
                 if b.reads_shared:
                     doubted = belief(state, order, threshold, prior, ends_doubted=True)
-                if _holds_with_ends_doubted(doubted, found, policy.confidence, unlaunchable):
+                if doubted is None or _holds_with_ends_doubted(
+                    doubted, found, policy.confidence, unlaunchable
+                ):
                     # (a side failed past its retries: named on the launches it had, unverified)
                     return Answer(lo, hi, probability, True, verified=showing >= need)
                 b = doubted  # not named: the planner goes on with this posterior

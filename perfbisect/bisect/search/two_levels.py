@@ -15,7 +15,13 @@ import numpy as np
 from perfbisect.bisect.engine_state import EngineState, _Batch
 from perfbisect.bisect.search.hypotheses import point_level
 from perfbisect.bisect.search.pairs import Pairs
-from perfbisect.bisect.stats import OUTLIER_RATIO, Verdict, classify, launch_times, median
+from perfbisect.bisect.stats import (
+    Verdict,
+    classify,
+    fastest_launches,
+    launch_times,
+    median,
+)
 from perfbisect.bisect.values import Culprit, LaunchResult, Policy, Purpose
 
 _CONFIRM_PAIRS = 3  # interleaved pairs that confirm two levels differ, at most
@@ -49,18 +55,18 @@ def min_step(policy: Policy) -> float:
 
 
 def _own_spread(state: EngineState, positions: Iterable[int]) -> float:
-    """The pooled sample spread (log time) of the positions' launches, each position's slow
-    outliers (``OUTLIER_RATIO`` times its fastest launch or slower) left out; the session's
-    noise where there are too few. Not their core launches, which leave a point's slower
-    launches out once two agree near its best (a good end's 15.1, 17.2, 16.6 and 19.2 ms
-    keep the first three: a spread of 6.7% where the four spread 9.9%)."""
+    """The pooled sample spread (log time) of the positions' launches near their best
+    (``fastest_launches``: slow outliers, ``OUTLIER_RATIO`` times the fastest or slower, left
+    out); the session's noise where there are too few. Not their core launches, which leave a
+    point's slower launches out once two agree near its best (a good end's 15.1, 17.2, 16.6
+    and 19.2 ms keep the first three: a spread of 6.7% where the four spread 9.9%)."""
+    hib = state.policy.higher_is_better
     squares, df = 0.0, 0
     for p in positions:
-        times = launch_times(state.launches[p], state.policy.higher_is_better)
+        times = launch_times(fastest_launches(state.launches[p], hib), hib)
         assert times is not None, "launch values must be positive"
         logs = np.log(np.asarray(times))
-        kept = logs[logs - logs.min() < math.log(OUTLIER_RATIO)]
-        squares, df = squares + float(((kept - kept.mean()) ** 2).sum()), df + len(kept) - 1
+        squares, df = squares + float(((logs - logs.mean()) ** 2).sum()), df + len(logs) - 1
     return math.sqrt(squares / df) if df >= 2 else state.rel_sd()
 
 
